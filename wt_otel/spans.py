@@ -1,0 +1,81 @@
+"""The one internal record type every receiver and reader produces.
+
+OTLP (protobuf or JSON), Agents SDK JSONL and generic JSONL all become
+`SpanRecord`s; OTLP log records become `LogRecord`s and are attached to their
+span as `Event`s by the session builder, so dialects read span events and log
+events the same way. Attribute values are plain Python: kvlist -> dict,
+array -> list, bytes -> bytes, int64 -> int.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUS_UNSET, STATUS_OK, STATUS_ERROR = "UNSET", "OK", "ERROR"
+
+
+@dataclass(slots=True)
+class Event:
+    """A span event or a log record attached to a span (then `body` is set)."""
+
+    name: str
+    time_ns: int = 0
+    attributes: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+
+
+@dataclass(slots=True)
+class Link:
+    trace_id: str
+    span_id: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """One span, ids as lowercase hex (trace 32 chars, span 16 chars)."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    parent_span_id: str | None = None
+    kind: str = "INTERNAL"  # INTERNAL | SERVER | CLIENT | PRODUCER | CONSUMER
+    start_ns: int = 0
+    end_ns: int = 0
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+    status_code: str = STATUS_UNSET
+    status_message: str = ""
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope_name: str = ""
+    scope_version: str = ""
+
+    @property
+    def service_name(self) -> str | None:
+        value = self.resource.get("service.name")
+        return value if isinstance(value, str) else None
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """One OTLP log record; GenAI events (1.28-1.36) arrive this way."""
+
+    event_name: str = ""
+    trace_id: str | None = None
+    span_id: str | None = None
+    time_ns: int = 0
+    severity_text: str = ""
+    body: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+    scope_name: str = ""
+
+    def as_event(self) -> Event:
+        """The log as a span event; the name falls back to attr `event.name`."""
+        name = self.event_name or str(self.attributes.get("event.name") or "")
+        return Event(name=name, time_ns=self.time_ns, attributes=self.attributes, body=self.body)
+
+
+Record = SpanRecord | LogRecord
