@@ -1,0 +1,224 @@
+"""LLM cassettes (`*.cassette.json`): the VCR fixture format of vcr-fixture-format.md.
+
+The spec's cassette is a ring buffer of up to 5 recording *runs*
+(`history_keys`, newest last, `latest_trace_id` the one replay loads), each a
+trace entry keyed by a 32-hex id and holding ONE LLM call (`request_context`,
+`response_timeline`, `usage`...). An agent session makes many LLM calls, so:
+
+- `history_keys` stays capped at 5, as the spec says; each key names a run.
+- A trace entry may carry the additive `calls`: the session's LLM calls in
+  call order, each shaped like a spec entry's call fields. When `calls` is
+  present it is authoritative; the spec's trace-level call fields are then
+  optional (wt-otel writes the first call there too, for spec readers).
+- Without `calls`, the trace-level fields are the run's only call: the
+  spec's own shape stays valid, read as a one-call session.
+
+`wt_cassette: 1` is an additive version key our files carry; files without
+it are accepted when recognised by name or shape. Unlike Contract A, tool-call
+arguments here are the OpenAI wire shape: a string holding a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from wt_otel.contracts.problems import (
+    ContractModel,
+    Loc,
+    Rule,
+    describe,
+    fail,
+    is_nonempty_str,
+    is_one_of,
+    is_version,
+    load,
+    raise_at,
+)
+
+HISTORY_CAP = 5
+_HEX32 = re.compile(r"[0-9a-f]{32}\Z")
+
+
+def _trace_id(value: Any) -> Any:
+    if isinstance(value, str) and _HEX32.match(value):
+        return value
+    fail("trace_id", f"must be a 32-character lowercase hex trace id, {describe(value)}")
+
+
+def _json_object_string(value: Any) -> Any:
+    """The wire shape: arguments travel as a JSON-encoded object."""
+    if isinstance(value, dict):
+        fail(
+            "json_string",
+            "must be a JSON-encoded string, not an object (cassettes keep the OpenAI wire "
+            "shape: emit json.dumps(arguments))",
+        )
+    try:
+        decoded = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        decoded = None
+    if not isinstance(decoded, dict):
+        fail("json_string", f"must be a string holding a JSON object, {describe(value)}")
+    return value
+
+
+TraceId = Annotated[str, Rule(_trace_id)]
+
+
+class ChatMessage(ContractModel):
+    """A request message (OpenAI chat shape; tool_calls / tool_call_id allowed)."""
+
+    role: Annotated[str, is_nonempty_str("system, user, assistant or tool")]
+    content: str | list[Any] | None = None
+
+
+class Parameters(ContractModel):
+    temperature: float | None = None
+    max_tokens: int | None = None
+    stream: bool = False
+
+
+class RequestContext(ContractModel):
+    model: Annotated[str, is_nonempty_str("the model id without a provider prefix")]
+    provider: str | None = None
+    messages: list[ChatMessage] = []
+    parameters: Parameters = Field(default_factory=Parameters)
+
+
+class NetworkMetrics(ContractModel):
+    ttfb_ms: float = Field(0.0, ge=0)
+    total_duration_ms: float = Field(0.0, ge=0)
+
+
+class FunctionCall(ContractModel):
+    name: Annotated[str, is_nonempty_str()]
+    arguments: Annotated[str, Rule(_json_object_string)]
+
+
+class ToolCall(ContractModel):
+    id: Annotated[str, is_nonempty_str()]
+    type: Annotated[Literal["function"], is_one_of(["function"])] = "function"
+    function: FunctionCall
+
+
+class Frame(ContractModel):
+    """One coalesced response frame."""
+
+    delta_ms: float = Field(0.0, ge=0)
+    chunk: str = ""
+    tool_calls: list[ToolCall] = []
+    finish_reason: str | None = None
+
+
+class ExceptionBoundary(ContractModel):
+    occurred: bool = False
+    error_type: str | None = None
+    message: str | None = None
+
+
+class Usage(ContractModel):
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+    total_tokens: int = Field(0, ge=0)
+
+
+class RawPayload(ContractModel):
+    sync_response: dict[str, Any] | None = None
+    stream_chunks: list[dict[str, Any]] | None = None
+
+
+class LLMCall(ContractModel):
+    """One recorded LLM call: the spec's per-trace call fields."""
+
+    request_context: RequestContext
+    network_metrics: NetworkMetrics | None = None
+    response_timeline: list[Frame]
+    exception_boundary: ExceptionBoundary | None = None
+    usage: Usage | None = None
+    raw_payload: RawPayload | None = None
+
+
+class TraceEntry(ContractModel):
+    """A recorded run: the spec's single call, or the additive ordered `calls`."""
+
+    trace_id: TraceId
+    request_context: RequestContext | None = None
+    network_metrics: NetworkMetrics | None = None
+    response_timeline: list[Frame] | None = None
+    exception_boundary: ExceptionBoundary | None = None
+    usage: Usage | None = None
+    raw_payload: RawPayload | None = None
+    # wt-otel additive: every LLM call of the session, in call order
+    calls: list[LLMCall] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_call(self) -> TraceEntry:
+        if self.calls is None:
+            raise_at(
+                [
+                    ((name,), "is required (or record the session's LLM calls in calls)")
+                    for name in ("request_context", "response_timeline")
+                    if getattr(self, name) is None
+                ]
+            )
+        return self
+
+    def llm_calls(self) -> list[LLMCall]:
+        """The run's LLM calls in order, whichever shape the file used."""
+        if self.calls is not None:
+            return self.calls
+        fields = {name: getattr(self, name) for name in LLMCall.model_fields}
+        return [LLMCall.model_validate(fields)]
+
+
+class Cassette(ContractModel):
+    """An LLM cassette: named scenario, up to 5 recorded runs."""
+
+    wt_cassette: Annotated[Literal[1] | None, is_version("wt_cassette", optional=True)] = None
+    scenario: str = "auto"
+    latest_trace_id: TraceId
+    history_keys: list[TraceId] = Field(
+        default_factory=list, description=f"recorded runs, oldest first, at most {HISTORY_CAP}"
+    )
+    traces: dict[TraceId, TraceEntry]
+
+    @model_validator(mode="after")
+    def _pointers_resolve(self) -> Cassette:
+        errors: list[tuple[Loc, str]] = []
+        if len(self.history_keys) > HISTORY_CAP:
+            errors.append(
+                (
+                    ("history_keys",),
+                    f"holds at most {HISTORY_CAP} trace ids (the ring buffer cap), got "
+                    f"{len(self.history_keys)} (evict the oldest runs from history_keys and traces)",
+                )
+            )
+        if self.latest_trace_id not in self.history_keys:
+            errors.append(
+                (
+                    ("latest_trace_id",),
+                    f"{self.latest_trace_id!r} must be among history_keys (append it there)",
+                )
+            )
+        for i, key in enumerate(self.history_keys):
+            if key not in self.traces:
+                errors.append((("history_keys", i), f"{key!r} names no entry in traces"))
+        for key, entry in self.traces.items():
+            if entry.trace_id != key:
+                errors.append(
+                    (("traces", key, "trace_id"), f"must equal its key in traces, got {entry.trace_id!r}")
+                )
+        raise_at(errors)
+        return self
+
+    def latest(self) -> TraceEntry:
+        return self.traces[self.latest_trace_id]
+
+
+def load_cassette(data: Any) -> Cassette:
+    """Validate a parsed `*.cassette.json`; raises `ContractError` listing every problem."""
+    return load(Cassette, data)
