@@ -1,0 +1,63 @@
+"""The scenario directory `wt-otel import` and `wt-otel serve` write per session.
+
+    <out>/<slug>/incident.wtin.json     Contract A envelope
+                 fixture.universe.json  Contract B universe
+                 llm.cassette.json      LLM cassette
+                 scenario.yaml          declarative skeleton
+                 scorer.py              outcome scorer stub
+                 IMPORTED.md            what was inferred from what, what needs a human
+
+Every file is validated against its contract model before anything is
+written, and the directory appears atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from wt_otel.exporters.cassette import cassette
+from wt_otel.exporters.envelope import envelope
+from wt_otel.exporters.scenario import FIXTURES, imported_md, scenario_yaml, scorer_py
+from wt_otel.exporters.universe import universe
+
+from wt_otel.contracts import validate_data
+from wt_otel.fsutil import write_directory
+from wt_otel.session import Session
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def render(session: Session, scenario_id: str, unreviewed: bool = True) -> dict[str, str]:
+    """All files of one scenario directory, validated, as {file name: text}."""
+    env, uni, cas = envelope(session), universe(session), cassette(session, scenario_id)
+    scen = scenario_yaml(session, scenario_id, unreviewed)
+    for kind, data in (("envelope", env), ("universe", uni), ("cassette", cas), ("scenario", yaml.safe_load(scen))):
+        problems = validate_data(kind, data)
+        if problems:
+            raise ValueError(f"wt-otel wrote an invalid {kind} for {scenario_id}: {problems[0]}")
+    return {
+        FIXTURES["envelope"]: _json(env),
+        FIXTURES["universe"]: _json(uni),
+        FIXTURES["cassette"]: _json(cas),
+        "scenario.yaml": scen,
+        "scorer.py": scorer_py(session),
+        "IMPORTED.md": imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"]),
+    }
+
+
+class ScenarioDirWriter:
+    """Writes one directory per session under `out`; refuses to overwrite unless `force`."""
+
+    def __init__(self, out: Path, force: bool = False) -> None:
+        self.out = Path(out)
+        self.force = force
+
+    def write(self, session: Session, slug: str, unreviewed: bool = True) -> Path:
+        dest = self.out / slug
+        write_directory(dest, render(session, slug, unreviewed), force=self.force)
+        return dest

@@ -1,0 +1,82 @@
+"""Safe names and atomic writes: trace content names directories, so it is untrusted.
+
+A slug is built only from `[a-z0-9-]`; whatever the trace says, it cannot
+contain `/`, `..`, control characters or be empty. Files and whole scenario
+directories appear atomically (temp + rename), so a crash or an error never
+leaves a half-written scenario behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+_UNSAFE = re.compile(r"[^a-z0-9]+")
+MAX_SLUG = 48
+
+
+def safe_slug(text: str, fallback: str = "session") -> str:
+    """A lowercase `[a-z0-9-]` slug of at most 48 characters; never empty, never a dot name."""
+    slug = _UNSAFE.sub("-", str(text).lower()).strip("-")[:MAX_SLUG].strip("-")
+    return slug or fallback
+
+
+def unique_slug(text: str, key: str, taken: set[str]) -> str:
+    """`safe_slug(text)`, or with a short hash of `key` appended when already taken (deterministic)."""
+    slug = safe_slug(text)
+    if slug in taken:
+        slug = f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    n = 2
+    base = slug
+    while slug in taken:
+        slug, n = f"{base}-{n}", n + 1
+    taken.add(slug)
+    return slug
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write a file so readers see the old content or the new, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class DirectoryExists(FileExistsError):
+    pass
+
+
+def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = False) -> None:
+    """Create `dest` holding exactly `files`, atomically; replace an existing one only with `force`.
+
+    File names are our own constants, never trace text.
+    """
+    if dest.exists() and not force:
+        raise DirectoryExists(f"{dest} already exists (use --force to replace it)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+            os.rename(dest, old / "d")
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
