@@ -295,7 +295,7 @@ def _check_content(session: Session) -> None:
     if not session.messages and session.llm_calls:
         session.content_captured = False
         session.warnings.append(
-            "no message content was captured (content capture off in the instrumentation?); "
+            "message content was not captured (content capture off in the instrumentation?); "
             "user turns and the final answer must be written by hand")
     for m_index, msg in enumerate(session.messages):
         for part in msg["parts"]:

@@ -26,7 +26,9 @@ CHOICE = "gen_ai.choice"
 
 
 def event_name(ev: Event) -> str:
-    return ev.name or str(ev.attributes.get("event.name") or "")
+    if ev.name in ROLES or ev.name == CHOICE:
+        return ev.name
+    return str(ev.attributes.get("event.name") or ev.name)
 
 
 def extract(span: SpanRecord) -> list[Observation]:
