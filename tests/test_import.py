@@ -129,7 +129,8 @@ def test_unknown_format_is_a_clear_error(tmp_path: Path):
     assert r.exit_code == 1 and "otlp-json" in r.output
 
 
-HOSTILE = '"""\'\'\'\nimport os; os.system("touch /tmp/pwned")  # ```\n</details><script>alert(1)</script>\n: {x: y}\u2028'
+HOSTILE = ('"""\'\'\'\nimport os; os.system("touch /tmp/pwned")  # ```\n'
+           '</details><script>alert(1)</script>\n: {x: y}\u2028')
 
 
 def test_hostile_trace_text_lands_only_as_data(tmp_path: Path, otlp_dump):

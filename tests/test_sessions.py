@@ -136,7 +136,8 @@ def test_missing_tool_call_ids_are_synthesized_deterministically(otlp_dump):
 def test_execute_tool_without_call_id_is_matched_by_name_and_order(otlp_dump):
     def build(t):
         with t.start_as_current_span("invoke_agent"):
-            chat_span(t, inputs=[user("x")], outputs=[assistant(calls=[("id1", "f", {"n": 1}), ("id2", "f", {"n": 2})])])
+            calls = [("id1", "f", {"n": 1}), ("id2", "f", {"n": 2})]
+            chat_span(t, inputs=[user("x")], outputs=[assistant(calls=calls)])
             for n in (1, 2):
                 with t.start_as_current_span("execute_tool f", attributes={
                         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "f",
