@@ -54,8 +54,11 @@ def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finish_reason(call: LLMCall, has_tools: bool) -> str:
-    reason = call.finish_reasons[-1] if call.finish_reasons else ("tool_calls" if has_tools else "stop")
-    return "tool_calls" if reason == "tool_call" else reason
+    """The spec fixes `tool_calls` on a frame that calls tools, whatever the producer logged
+    (`tool_call`, or `stop` from the Responses API's `completed`)."""
+    if has_tools:
+        return "tool_calls"
+    return call.finish_reasons[-1] if call.finish_reasons else "stop"
 
 
 def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bool = False) -> dict[str, Any]:

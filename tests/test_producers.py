@@ -23,13 +23,23 @@ PRODUCERS = Path(__file__).parent / "fixtures" / "producers"
 FIRST_ASK = "What is the email on file for Bluewing?"
 SECOND_ASK = "Thanks! And its phone?"
 
-# dump -> (user turns, witnessed tool calls expected, dialect that must have read the conversation)
+# dump -> (user turns, witnessed tool calls expected, dialect that must have read the conversation,
+#          whether the producer records tool definitions)
 EXPECT = {
-    "openai-v2-span-attrs/dump.otlp.jsonl": (2, True, "semconv"),
-    "openai-v2-span-attrs/dump.otlp.pb": (2, True, "semconv"),
-    "openai-v2-log-events/dump.otlp.jsonl": (2, True, "events"),
-    "openai-agents-otel/dump.otlp.jsonl": (2, True, "semconv"),
-    "agents-sdk-jsonl/trace.agents.jsonl": (2, True, "agents"),
+    "openai-v2-span-attrs/dump.otlp.jsonl": (2, True, "semconv", False),
+    "openai-v2-span-attrs/dump.otlp.pb": (2, True, "semconv", False),
+    "openai-v2-log-events/dump.otlp.jsonl": (2, True, "events", False),
+    "openai-agents-otel/dump.otlp.jsonl": (2, True, "semconv", True),
+    "agents-sdk-jsonl/trace.agents.jsonl": (2, True, "agents", False),  # names only, no schemas
+    "openllmetry-legacy/dump.otlp.jsonl": (2, True, "openllmetry", True),
+    "openllmetry-current/dump.otlp.jsonl": (2, True, "semconv", True),
+    "openinference-openai/dump.otlp.jsonl": (2, True, "openinference", True),
+    "openinference-agents/dump.otlp.jsonl": (2, True, "openinference", True),
+    "openinference-agents/dump-responses.otlp.jsonl": (2, True, "openinference", True),
+    "pydantic-ai/dump.otlp.jsonl": (2, True, "pydantic_ai", True),
+    "pydantic-ai/dump-v6.otlp.jsonl": (2, True, "pydantic_ai", True),
+    "pydantic-ai-v1/dump.otlp.jsonl": (2, True, "pydantic_ai", True),
+    "pydantic-ai-v1/dump-logs.otlp.jsonl": (2, True, "events", True),
 }
 
 
@@ -45,7 +55,7 @@ def test_every_fixture_has_expectations():
 
 @pytest.mark.parametrize("dump", sorted(EXPECT))
 def test_producer_dump_imports_to_the_recorded_conversation(dump: str, tmp_path: Path):
-    turns, witnessed, dialect = EXPECT[dump]
+    turns, witnessed, dialect, definitions = EXPECT[dump]
     path = PRODUCERS / dump
     if not path.exists():
         pytest.fail(f"fixture {dump} is missing: run `make fixtures`")
@@ -76,6 +86,9 @@ def test_producer_dump_imports_to_the_recorded_conversation(dump: str, tmp_path:
     assert env["session"]["model"].startswith("gpt-4o-mini")
     assert env["session"]["provider"] == "openai"
     assert dialect in env["provenance"]["dialects"]
+    if definitions:
+        [definition] = env["tool_definitions"]
+        assert definition["name"] == "client_lookup" and "query" in definition["input_schema"]["properties"]
 
     if witnessed:
         assert len(env["witnessed_calls"]) == turns
@@ -89,6 +102,7 @@ def test_producer_dump_imports_to_the_recorded_conversation(dump: str, tmp_path:
     assert universe["matching"]["on_miss"] == "fail_call"
     assert universe["recordings"][0]["tool_name"] == "client_lookup"
     assert universe["recordings"][0]["source"] == ("witnessed" if witnessed else "transcript")
+    assert universe["stubbed_schemas"] == ([] if definitions else ["client_lookup"])
 
     cassette = json.loads((out / "llm.cassette.json").read_text())
     run = cassette["traces"][cassette["latest_trace_id"]]

@@ -12,6 +12,7 @@ translates pydantic's own error types into the same voice.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -179,6 +180,16 @@ def raise_at(errors: list[tuple[Loc, str]]) -> None:
         raise ValidationError.from_exception_data("contract", details)
 
 
+@functools.cache
+def _ruled_required(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(key, field name) of required fields that have a Rule; computed once per model (hot path)."""
+    return tuple(
+        (field.alias or name, name)
+        for name, field in cls.model_fields.items()
+        if field.is_required() and any(isinstance(m, Rule) for m in field.metadata)
+    )
+
+
 class ContractModel(BaseModel):
     """Base of every contract model: unknown fields are kept (and re-dumped),
     and absent required fields are routed through their `Rule`."""
@@ -190,13 +201,7 @@ class ContractModel(BaseModel):
     def _route_missing(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        absent = {
-            name: MISSING
-            for name, field in cls.model_fields.items()
-            if field.is_required()
-            and (field.alias or name) not in data
-            and any(isinstance(m, Rule) for m in field.metadata)
-        }
+        absent = {name: MISSING for key, name in _ruled_required(cls) if key not in data}
         return {**data, **absent} if absent else data
 
     def to_dict(self) -> dict[str, Any]:

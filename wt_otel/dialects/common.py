@@ -112,6 +112,9 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
         call.stream = stream
     call.error_type, call.error_message = span_error(span)
     call.conversation_id = conversation_id(a)
+    definitions = a.get("gen_ai.tool.definitions")
+    if definitions is not None:
+        call.tool_definitions = [d for d in map(tool_definition, as_list(definitions) or []) if d]
     return call
 
 
@@ -146,3 +149,35 @@ def tool_definition(d: Any) -> dict[str, Any] | None:
     if isinstance(schema, dict):
         out["input_schema"] = schema
     return out
+
+
+def unflatten(attrs: dict[str, Any], prefix: str) -> list[Any]:
+    """`prefix.0.role`, `prefix.0.tool_calls.1.name`... -> [{"role": ..., "tool_calls": [..]}].
+
+    Flattened conventions (OpenLLMetry, OpenInference) spread one message over
+    many attributes; numeric path segments become list positions.
+    """
+    root: dict[str, Any] = {}
+    head = prefix + "."
+    for key, value in attrs.items():
+        if not key.startswith(head):
+            continue
+        node = root
+        *path, leaf = key[len(head):].split(".")
+        for seg in path:
+            child = node.get(seg)
+            if not isinstance(child, dict):
+                child = node[seg] = {}
+            node = child
+        node[leaf] = value
+    out = _listify(root)
+    return out if isinstance(out, list) else []
+
+
+def _listify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    items = {k: _listify(v) for k, v in node.items()}
+    if items and all(k.isdigit() for k in items):
+        return [items[k] for k in sorted(items, key=int)]
+    return items

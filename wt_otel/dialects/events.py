@@ -12,7 +12,7 @@ from typing import Any
 
 from wt_otel.dialects.common import base_call
 from wt_otel.messages import from_openai_chat, is_placeholder, text_of
-from wt_otel.session import Observation
+from wt_otel.session import LLMCall, Observation
 from wt_otel.spans import Event, SpanRecord
 
 NAME = "events"
@@ -33,9 +33,12 @@ def event_name(ev: Event) -> str:
 
 def extract(span: SpanRecord) -> list[Observation]:
     events = [ev for ev in span.events if event_name(ev) in ROLES or event_name(ev) == CHOICE]
-    if not events:
-        return []
-    call = base_call(span, NAME)
+    return [call_from_events(span, events, NAME)] if events else []
+
+
+def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLMCall:
+    """One LLM call from its message events (also used for pydantic-ai's `events` attribute)."""
+    call = base_call(span, dialect)
     captured = False
     chat: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
@@ -61,7 +64,7 @@ def extract(span: SpanRecord) -> list[Observation]:
     call.input_messages = from_openai_chat([m for m in chat if m["role"] != "system"])
     call.output_messages = from_openai_chat(outputs)
     call.content_captured = captured
-    return [call]
+    return call
 
 
 def _has_content(data: dict[str, Any]) -> bool:

@@ -47,8 +47,9 @@ def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
         call.output_messages.append(msg)
     instructions = as_list(source.get("gen_ai.system_instructions")) or []
     call.system_instructions = [normalize_part(p) for p in instructions]
-    call.tool_definitions = [d for d in map(tool_definition, as_list(source.get("gen_ai.tool.definitions")) or [])
-                             if d]
+    if "gen_ai.tool.definitions" in source:
+        call.tool_definitions = [d for d in map(tool_definition, as_list(source["gen_ai.tool.definitions"]) or [])
+                                 if d]
 
 
 def _details_event(span: SpanRecord) -> dict[str, Any] | None:
