@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)
+	$(BIN)/pip install -q -e '.[test]' >> $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)
 	touch $(STAMP)
 
 install: $(STAMP)
