@@ -1,0 +1,64 @@
+"""Process counters and gauges, rendered in the Prometheus text format for `GET /metrics`.
+
+Deliberately tiny: a few counters with optional labels, no histograms, no
+client library; every increment is one dict update under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+Labels = tuple[tuple[str, str], ...]
+
+HELP = {
+    "wt_otel_spans_received_total": "Spans received by the OTLP receivers.",
+    "wt_otel_log_records_received_total": "Log records received by the OTLP receivers.",
+    "wt_otel_records_accepted_total": "Spans and log records accepted into the pipeline.",
+    "wt_otel_records_rejected_total": "Spans and log records rejected, by reason.",
+    "wt_otel_records_dropped_total": "Records dropped by a processor, by reason (e.g. not GenAI).",
+    "wt_otel_sessions_open": "Sessions being assembled.",
+    "wt_otel_sessions_written_total": "Session revisions written to the data dir.",
+    "wt_otel_sessions_flushed_incomplete_total": "Sessions flushed early because a memory bound was hit.",
+    "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
+    "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
+    "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
+}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[Labels, float]] = defaultdict(dict)
+
+    def inc(self, name: str, n: float = 1, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            series = self._values[name]
+            series[key] = series.get(key, 0) + n
+
+    def set(self, name: str, value: float, **labels: str) -> None:
+        with self._lock:
+            self._values[name][tuple(sorted(labels.items()))] = value
+
+    def get(self, name: str, **labels: str) -> float:
+        with self._lock:
+            return self._values.get(name, {}).get(tuple(sorted(labels.items())), 0)
+
+    def render(self) -> str:
+        """Prometheus text exposition format 0.0.4."""
+        lines: list[str] = []
+        with self._lock:
+            snapshot = {k: dict(v) for k, v in self._values.items()}
+        for name in sorted(set(snapshot) | set(HELP)):
+            kind = "counter" if name.endswith("_total") else "gauge"
+            lines.append(f"# HELP {name} {HELP.get(name, name)}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in sorted(snapshot.get(name, {}).items()):
+                label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+                lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")
+        return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
