@@ -12,10 +12,10 @@ each assistant message answers the messages before it.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
+from wt_otel.messages import canonical_json
 from wt_otel.session import LLMCall, Session
 
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
@@ -33,7 +33,7 @@ def chat_messages(system: list[dict[str, Any]], messages: list[dict[str, Any]]) 
         for r in responses:
             resp = r.get("response")
             out.append({"role": "tool", "tool_call_id": r.get("id") or "",
-                        "content": resp if isinstance(resp, str) else json.dumps(resp, ensure_ascii=False)})
+                        "content": resp if isinstance(resp, str) else canonical_json(resp)})
         if responses and len(responses) == len(parts):
             continue
         text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
@@ -49,8 +49,7 @@ def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
     args = part.get("arguments")
     return {"id": part.get("id") or "", "type": "function",
             "function": {"name": part.get("name") or "",
-                         "arguments": json.dumps(args if isinstance(args, dict) else {"_raw_arguments": args},
-                                                 ensure_ascii=False)}}
+                         "arguments": canonical_json(args if isinstance(args, dict) else {"_raw_arguments": args})}}
 
 
 def _finish_reason(call: LLMCall, has_tools: bool) -> str:

@@ -34,8 +34,8 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
 
 
-def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True) -> tuple[dict[str, Any], str]:
-    """The scenario as data (what validation sees) and as commented YAML text (what is written)."""
+def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True) -> str:
+    """The scenario as commented YAML: data by the YAML emitter, comments only from escaped names."""
     ref = source_ref(session)
     tools = observed_tools(session)
     tags = [f"origin:{ref}", "imported"] + (["unreviewed"] if unreviewed_tag else [])
@@ -59,7 +59,7 @@ def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = Tru
         lines.extend(f"#   - {json.dumps(t, ensure_ascii=True)}" for t in tools)
     lines.append("# TODO assertions: tool-sequence, tool-arguments, output, policy (see README).")
     lines.append(_yaml(tail))
-    return {**head, **tail}, "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def suggested_facts(answer: str) -> list[str]:

@@ -188,3 +188,24 @@ def test_out_dir_is_never_escaped_by_slug(tmp_path: Path, otlp_dump):
     made = list(out.iterdir())
     assert len(made) == 5 and all(p.parent == out and p.name not in (".", "..") for p in made)
     shutil.rmtree(out)
+
+
+def test_capture_off_session_still_imports_and_says_so(tmp_path: Path, otlp_dump):
+    def build(t):
+        with t.start_as_current_span("invoke_agent"):
+            chat_span(t)  # the instrumentation recorded no message content
+            with t.start_as_current_span("execute_tool f", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "f",
+                    "gen_ai.tool.call.arguments": '{"a": 1}', "gen_ai.tool.call.result": '"ok"'}):
+                pass
+
+    out = tmp_path / "out"
+    r = run("import", str(otlp_dump(build)), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    [d] = list(out.iterdir())
+    assert run("validate", str(d)).exit_code == 0
+    assert "not captured" in (d / "IMPORTED.md").read_text()
+    scenario = yaml.safe_load((d / "scenario.yaml").read_text())
+    assert scenario["user_turns"][0].startswith("TODO")
+    universe = json.loads((d / "fixture.universe.json").read_text())
+    assert universe["recordings"][0]["args"] == {"a": 1}

@@ -7,10 +7,11 @@ the outcome to an exit code (0 ok, 1 some inputs had errors, 2 usage).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel import __version__
 from wt_otel.components import load as load_component
@@ -117,23 +118,23 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
     """
     writer = load_component("exporters", "scenario-dir")(out, force=force)
-    show = sys.stderr.isatty()
-
-    def progress(what: str, n: int) -> None:
-        if show:
-            click.echo(f"\r{what}: {n:,}", err=True, nl=False)
-
+    console = Console(stderr=True)
     try:
-        report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
-                              strict=strict, progress=progress)
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("reading", total=None)
+
+            def progress(what: str, n: int) -> None:
+                bar.update(task, description=f"{what}: {n:,}")
+
+            report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
+                                  strict=strict, progress=progress)
     except ImportAborted as exc:
         click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
         ctx.exit(1)
     except (DumpReadError, DumpFormatError) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(1)
-    if show:
-        click.echo("", err=True)
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
     for path in report.written:

@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 CONTRACT_A_PART_TYPES = frozenset({"text", "tool_call", "tool_call_response"})
 
 # Placeholders producers write when content capture is off or scrubbed.
@@ -189,9 +191,9 @@ def signature(message: dict[str, Any]) -> tuple:
 
 def _canon(value: Any) -> str:
     try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str).decode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. integers beyond 64 bits
         return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def canonical_json(value: Any) -> str:

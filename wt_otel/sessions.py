@@ -299,5 +299,8 @@ def _check_content(session: Session) -> None:
             "user turns and the final answer must be written by hand")
     for m_index, msg in enumerate(session.messages):
         for part in msg["parts"]:
+            if part.get("arguments_undecodable"):
+                session.warnings.append(
+                    f"arguments of tool_call {part.get('name')!r} in message {m_index} are not JSON; kept as a string")
             if part.get("type") not in CONTRACT_A_PART_TYPES:
                 session.omitted_parts.append({"message_index": m_index, "role": msg["role"], "part": part})
