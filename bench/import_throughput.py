@@ -128,9 +128,11 @@ def baseline(path: Path) -> float:
 
 def run_import(path: Path, out: Path) -> tuple[float, int]:
     """(seconds, peak RSS in MiB) of `wt-otel import` in a child process."""
-    code = ("import resource, sys; from wt_otel.cli import main\n"
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the parent's peak.
+    code = ("import re, sys; from wt_otel.cli import main\n"
             "try:\n    main()\nfinally:\n"
-            "    print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+            "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+            "    print('PEAK_RSS_KB', hwm, file=sys.stderr)\n")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, "import", str(path), "--out", str(out), "--force"],
                           capture_output=True, text=True)
