@@ -1,0 +1,62 @@
+"""`ReceiversConfig`: where the OTLP receivers listen and what they let in.
+
+Defaults bind to loopback: a receiver reachable from the network must be asked
+for explicitly (and then should get a token and TLS). Port 0 picks a free port
+(tests); the bound ports are on `Receivers.grpc_port` / `.http_port`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MiB = 1024 * 1024
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """ "host:port" or "[v6addr]:port" -> (host, port); raises ValueError naming the problem."""
+    host, sep, port_text = endpoint.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"endpoint {endpoint!r} must be host:port, e.g. 127.0.0.1:4317")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"endpoint {endpoint!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"endpoint {endpoint!r}: port {port} is out of range 0-65535")
+    return host, port
+
+
+class ReceiversConfig(BaseModel):
+    """Receiver settings; `None` for an endpoint disables that transport."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grpc_endpoint: str | None = "127.0.0.1:4317"
+    http_endpoint: str | None = "127.0.0.1:4318"
+    # HTTP: the body as sent (compressed). gRPC: grpc's max receive message length, which grpc
+    # checks after decompression, so a compressed gRPC message gets no more room than a plain one.
+    max_message_bytes: int = Field(4 * MiB, gt=0, description="largest request body as sent")
+    max_decompressed_bytes: int = Field(32 * MiB, gt=0, description="largest body after gzip decompression")
+    auth_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    @field_validator("grpc_endpoint", "http_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_endpoint(value)
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ReceiversConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both (PEM files) or neither")
+        if self.max_decompressed_bytes < self.max_message_bytes:
+            raise ValueError("max_decompressed_bytes must be >= max_message_bytes "
+                             f"({self.max_decompressed_bytes} < {self.max_message_bytes})")
+        return self
