@@ -68,6 +68,8 @@ def envelope(session: Session) -> dict[str, Any]:
     }
     if session.flagged:
         env["source"]["flag"] = session.flag_reason
+    if session.redaction:
+        env["redaction"] = session.redaction
     return env
 
 

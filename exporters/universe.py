@@ -70,7 +70,7 @@ def universe(session: Session) -> dict[str, Any]:
             args = [r["args"] for r in recs if r["tool_name"] == name]
             tools.append({"name": name, "description": "", "input_schema": infer_schema(args)})
             stubbed.append(name)
-    return {
+    out = {
         "windtunnel_universe": 1,
         "tools": tools,
         "recordings": recs,
@@ -78,3 +78,6 @@ def universe(session: Session) -> dict[str, Any]:
         "stubbed_schemas": stubbed,
         "provenance": provenance(session),
     }
+    if session.redaction:
+        out["redaction"] = session.redaction
+    return out

@@ -145,5 +145,264 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     ctx.exit(0 if report.ok else 1)
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue); flags override it.")
+@click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
+@click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")
+@click.option("--session-idle-timeout", type=float, metavar="SECONDS",
+              help="A session with no new span for this long is complete [30].")
+@click.option("--auth-token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Require `Authorization: Bearer <token>` (the file's content) on both transports.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM private key.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not print a line per written session revision.")
+@click.pass_context
+def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | None, http_endpoint: str | None,
+          data_dir: Path | None, session_idle_timeout: float | None, auth_token_file: Path | None,
+          tls_cert: Path | None, tls_key: Path | None, quiet: bool) -> None:
+    """Receive OTLP traces and logs, and write every agent session to the data dir.
+
+    \b
+    Pipeline: OTLP receivers -> GenAI filter -> session assembler -> incident
+    flagger -> redactor (off by default) -> data dir:
+      DATA_DIR/sessions/<slug>/   the files `wt-otel import` writes (latest revision)
+      DATA_DIR/sessions.ndjsonl   one JSON line per written revision (flagged ones too)
+
+    SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
+    every open session, and exit 0. Exit 1 if it cannot start, 2 on a bad config.
+    """
+    import logging
+    import signal
+    import threading
+
+    from wt_otel.config import ConfigError, load_serve_config
+    from wt_otel.metrics import Metrics
+    from wt_otel.otlp import check_protobuf_backend
+    from wt_otel.pipeline import Pipeline
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        config = load_serve_config(config_path, {
+            "receivers.grpc_endpoint": grpc_endpoint, "receivers.http_endpoint": http_endpoint,
+            "receivers.auth_token_file": auth_token_file and str(auth_token_file),
+            "receivers.tls_cert": tls_cert and str(tls_cert), "receivers.tls_key": tls_key and str(tls_key),
+            "data_dir": data_dir and str(data_dir), "assembler.idle_timeout": session_idle_timeout,
+        })
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    metrics = Metrics()
+    try:
+        store = load_component("exporters", "datadir")(config.data_dir, metrics)
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    for note in store.recovery:
+        click.echo(f"data dir: {note}", err=True)
+    stages = [load_component("processors", "flagger")(config.flagger, metrics),
+              load_component("processors", "redactor")(config.redactor)]
+
+    def write(session, spans) -> None:
+        for stage in stages:
+            stage.process(session, spans)
+        written = store.write(session)
+        if not quiet:
+            state = "complete" if session.complete else "INCOMPLETE"
+            flag = f", flagged {session.flag_ref}" if session.flagged else ""
+            click.echo(f"wrote {written.path} (revision {written.revision}, {state}{flag})")
+
+    assembler = load_component("processors", "assembler").from_config(write, config.assembler, metrics,
+                                                                        is_written=store.has_key)
+    consumer = load_component("processors", "genai-filter").from_config(assembler, config.filter, metrics)
+    shortest = min(config.assembler.idle_timeout, config.assembler.grace or config.assembler.idle_timeout)
+    pipeline = Pipeline(consumer, metrics, max_queued_records=config.queue.max_queued_records,
+                        tick_interval=min(0.5, max(0.02, shortest / 4))).start()
+    from wt_otel.receivers import start_receivers
+
+    try:
+        receivers = start_receivers(config.receivers, pipeline, metrics)
+    except (OSError, RuntimeError, ValueError) as exc:
+        click.echo(f"error: cannot start the receivers: {exc}", err=True)
+        pipeline.stop()
+        store.close()
+        ctx.exit(1)
+    scheme = "https" if config.receivers.tls_cert else "http"
+    if receivers.grpc_port is not None:
+        host = config.receivers.grpc_endpoint.rpartition(":")[0]
+        click.echo(f"OTLP/gRPC listening on {host}:{receivers.grpc_port}")
+    if receivers.http_port is not None:
+        host = config.receivers.http_endpoint.rpartition(":")[0]
+        click.echo(f"OTLP/HTTP listening on {scheme}://{host}:{receivers.http_port} "
+                   "(/v1/traces, /v1/logs, /healthz, /metrics)")
+    backend = check_protobuf_backend()
+    click.echo(f"protobuf backend: {backend}")
+    if backend != "upb":
+        click.echo(f"WARNING: protobuf runs on the {backend!r} backend, not upb: decoding is ~200x slower. "
+                   "Unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION and reinstall protobuf.", err=True)
+    click.echo(f"data dir: {config.data_dir}")
+    while not stop.wait(0.5):
+        pass
+    click.echo("stopping: draining the queue and writing open sessions", err=True)
+    receivers.stop(grace=5)
+    pipeline.stop()
+    store.close()
+    click.echo(f"stopped: {metrics.get('wt_otel_sessions_written_total'):g} session revision(s) written", err=True)
+    ctx.exit(0)
+
+
+# ---------------------------------------------------------------- universe (Contract B)
+
+
+@main.group()
+def universe() -> None:
+    """Serve a recorded tool universe over MCP, or freeze a run's calls into one."""
+
+
+@universe.command("serve")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8648, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.pass_context
+def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None:
+    """Serve FILE (*.universe.json) as an MCP server (streamable HTTP) until Ctrl-C.
+
+    Prints the MCP URL, then one line per tool call with how it was answered
+    (exact, keyed, or the miss policy). The call log is also at GET /wt/calls;
+    POST /wt/reset-calls starts a new run.
+    """
+    import threading
+
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.mcp_server import UniverseMCPServer
+    from wt_otel.universe import RecordedUniverse
+
+    def show(entry: dict) -> None:
+        args = json.dumps(entry["args"], ensure_ascii=False)
+        flag = " ERROR" if entry["is_error"] else ""
+        div = " DIVERGENCE" if entry["divergence"] else ""
+        click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}")
+
+    try:
+        engine = RecordedUniverse.from_file(str(file), on_call=show)
+    except (ContractError, ValueError) as exc:
+        click.echo(f"error: {file}: {exc}", err=True)
+        ctx.exit(1)
+    server = UniverseMCPServer(engine, host=host, port=port)
+    try:
+        url = server.start()
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    click.echo(f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s) "
+               f"at {url} (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+@universe.command("freeze")
+@click.argument("call_log", metavar="CALL_LOG.json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tools-from", "tools_from", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Universe file whose tools (and matching) the new universe keeps.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the new *.universe.json.")
+@click.option("--include-divergent", is_flag=True,
+              help="Also freeze calls answered by a miss policy (empty, nearest, synthesize, fail_call).")
+@click.pass_context
+def universe_freeze(ctx: click.Context, call_log: Path, tools_from: Path, out: Path, include_divergent: bool) -> None:
+    """Turn a run's call log into a universe file (record mode).
+
+    CALL_LOG.json is a list of calls, or an object with a "calls" list (what
+    GET /wt/calls returns). Divergent calls are left out unless
+    --include-divergent. The result is validated before it is written.
+    """
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.contracts.universe import load_universe
+    from wt_otel.universe import freeze_universe
+
+    try:
+        data = json.loads(call_log.read_text(encoding="utf-8"))
+        source = load_universe(json.loads(tools_from.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # ContractError is a ValueError
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    calls = data.get("calls") if isinstance(data, dict) else data
+    if not isinstance(calls, list):
+        click.echo(f"error: {call_log}: expected a list of calls or an object with a \"calls\" list", err=True)
+        ctx.exit(1)
+    try:
+        frozen = freeze_universe(calls, source.tools, source.matching, include_divergent=include_divergent)
+    except (ContractError, KeyError, TypeError) as exc:
+        click.echo(f"error: the frozen universe is invalid: {exc}", err=True)
+        ctx.exit(1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(frozen.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    kept = len(frozen.recordings)
+    click.echo(f"wrote {out}: {kept} recording(s) from {len(calls)} call(s)")
+
+
+@main.group()
+def cassette() -> None:
+    """Serve recorded LLM cassettes (*.cassette.json) to an agent under test."""
+
+
+@cassette.command("serve")
+@click.argument("file", type=click.Path(exists=True, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--match", "match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
+              help="exact: by model, messages and tools; sequence: the Nth request gets the Nth recorded call.")
+@click.option("--run", "run", metavar="TRACE_ID", help="Which recorded run (a history key); default the latest.")
+@click.option("--pace", is_flag=True, help="Replay the recorded delays between frames.")
+@click.pass_context
+def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: str, run: str | None,
+                   pace: bool) -> None:
+    """Serve FILE (a cassette, or a scenario directory) as an OpenAI-compatible API until interrupted.
+
+    \b
+    Prints the base URL, then one line per request:
+      #SEQ MATCH recorded[I] STATUS MODEL [stream] [error TYPE]
+      #SEQ miss STATUS llm_divergence at PATH: expected ..., received ...
+    The call log is also at GET /wt/llm-calls; POST /wt/reset starts a new run.
+    """
+    import threading
+
+    from wt_otel.cassette_server import CassetteServer
+
+    def line(entry: dict) -> None:
+        if entry["event"] == "llm_divergence":
+            d = entry["divergence"]
+            click.echo(f"#{entry['seq']} miss {entry['status']} llm_divergence at {d['at']}: "
+                       f"expected {d['expected']!r}, received {d['received']!r}")
+            return
+        click.echo(f"#{entry['seq']} {entry['match']} recorded[{entry['recorded_index']}] {entry['status']} "
+                   f"{entry['model']}" + (" stream" if entry["stream"] else "")
+                   + (f" error {entry['error']}" if entry.get("error") else ""))
+
+    try:
+        server = CassetteServer(file, host=host, port=port, match=match, run=run, pace=pace, on_call=line)
+        url = server.start()
+    except (OSError, ValueError) as exc:  # unreadable, invalid (ContractError), unknown run, port taken
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    replay = server.replay
+    click.echo(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -85,6 +85,7 @@ class Session:
     warnings: list[str] = field(default_factory=list)
     content_captured: bool = True
     complete: bool = True
+    redaction: dict[str, Any] | None = None  # set by the redactor: {"applied": True, "patterns": [...], ...}
 
     @property
     def evidence(self) -> str:

@@ -1,0 +1,274 @@
+"""The data-dir store `wt-otel serve` and the in-app SpanProcessor write sessions to.
+
+Layout:
+
+    <data-dir>/
+        sessions/<slug>/          the six files `wt-otel import` writes (incident.wtin.json,
+                                  fixture.universe.json, llm.cassette.json, scenario.yaml,
+                                  scorer.py, IMPORTED.md), always the latest revision
+        sessions.ndjsonl          append-only index: one JSON line per written revision
+        .lock                     held (flock) by the one process writing this data dir
+
+Index line: {"v": 1, "key", "slug", "revision", "complete", "trace_ids",
+"conversation_id", "service", "started", "ended" (ISO 8601), "flagged",
+"flag_ref", "flag_reason", "redacted", "path" (relative to the data dir),
+"files", "written_at"}. The last line of a key is its current revision;
+flagged sessions (incidents to replay) are the lines with `flagged: true`.
+
+Revisions replace: a late span rewrites `sessions/<slug>/` as revision N+1
+(a superset of N, see processors/assembler.py) and appends a new index line;
+the index keeps the history. Slugs are chosen once per session key and
+never change (the map is rebuilt from the index at start).
+
+Crash safety: a revision directory is built beside its destination and
+renamed into place (`fsutil.write_directory`); only then is its index line
+appended, flushed and fsynced. So after kill -9: every `sessions/<slug>/`
+is whole; a half-built directory is a dot-named temp that start-up deletes
+(a replaced revision caught mid-swap is put back); the index may end with a
+torn line, which `read_index` reports and start-up truncates; a directory
+whose line was torn or never appended is re-indexed from its envelope's
+provenance. Nothing else is needed to resume.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from wt_otel.exporters.envelope import iso
+from wt_otel.exporters.scenario_dir import render
+
+from wt_otel.fsutil import unique_slug, write_directory
+from wt_otel.metrics import Metrics
+from wt_otel.session import Session
+
+log = logging.getLogger("wt_otel.datadir")
+
+INDEX = "sessions.ndjsonl"
+SESSIONS = "sessions"
+ENVELOPE = "incident.wtin.json"
+
+
+class DataDirLocked(RuntimeError):
+    """Another process is writing this data dir."""
+
+
+@dataclass
+class IndexRead:
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # "sessions.ndjsonl:LINE: what is wrong"
+    torn_tail: bool = False  # the last line has no newline: a write cut short (kill -9)
+
+    def latest(self) -> dict[str, dict[str, Any]]:
+        """The current revision of each session key."""
+        out: dict[str, dict[str, Any]] = {}
+        for e in self.entries:
+            out[e["key"]] = e
+        return out
+
+
+def read_index(data_dir: Path) -> IndexRead:
+    """Every valid index line; bad or torn lines are reported, never fatal."""
+    result = IndexRead()
+    path = Path(data_dir) / INDEX
+    if not path.exists():
+        return result
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        result.torn_tail = True
+    for n, raw in enumerate(lines, 1):
+        last = n == len(lines)
+        try:
+            entry = json.loads(raw)
+            if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or "slug" not in entry:
+                raise ValueError("not an index entry (needs key and slug)")
+        except ValueError as e:
+            what = "torn last line (the writer was killed mid-write)" if last and result.torn_tail else str(e)
+            result.problems.append(f"{INDEX}:{n}: {what}")
+            continue
+        if last and result.torn_tail:  # a complete JSON object without its newline is still torn
+            result.problems.append(f"{INDEX}:{n}: last line has no newline (kept, it parses)")
+        result.entries.append(entry)
+    return result
+
+
+@dataclass
+class Written:
+    """What one `write` produced (also the index line, as `entry`)."""
+
+    path: Path
+    slug: str
+    revision: int
+    entry: dict[str, Any]
+
+
+class DataDirStore:
+    """Writes sessions into a data dir; one instance (one process) per data dir, thread-safe."""
+
+    def __init__(self, data_dir: Path | str, metrics: Metrics | None = None) -> None:
+        self.root = Path(data_dir)
+        self.sessions = self.root / SESSIONS
+        self.metrics = metrics or Metrics()
+        self.sessions.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._lockfile = open(self.root / ".lock", "a+b")  # noqa: SIM115 - held for the store's lifetime
+        try:
+            fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lockfile.close()
+            raise DataDirLocked(f"{self.root} is in use by another wt-otel process (lock {self.root}/.lock)") from None
+        self.recovery: list[str] = []  # what start-up repaired, for the log
+        self._clean_temp_dirs()
+        index = read_index(self.root)
+        self.recovery.extend(index.problems)
+        if index.torn_tail:  # its directory, if any, is re-indexed below from its envelope
+            self._truncate_torn_tail()
+            index = read_index(self.root)
+        self._slugs: dict[str, str] = {}
+        self._revisions: dict[str, int] = {}
+        for e in index.entries:
+            self._slugs[e["key"]] = e["slug"]
+            self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), int(e.get("revision") or 1))
+        self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
+        self._index = open(self.root / INDEX, "ab")  # noqa: SIM115
+        self._reindex_orphans()
+
+    # ------------------------------------------------------------------ start-up repair
+
+    def _clean_temp_dirs(self) -> None:
+        """Remove half-built revisions; put back a previous revision caught mid-swap."""
+        for p in list(self.sessions.iterdir()):
+            if not p.name.startswith("."):
+                continue
+            slug = p.name[1:].rsplit(".", 2)[0]
+            if p.name.endswith(".old") and (p / "d").is_dir() and not (self.sessions / slug).exists():
+                os.rename(p / "d", self.sessions / slug)
+                self.recovery.append(f"restored {SESSIONS}/{slug} (killed while replacing a revision)")
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    def _truncate_torn_tail(self) -> None:
+        path = self.root / INDEX
+        data = path.read_bytes()
+        keep = data.rfind(b"\n") + 1
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        self.recovery.append(f"{INDEX}: dropped a torn last line of {len(data) - keep} bytes")
+
+    def _reindex_orphans(self) -> None:
+        """A directory without an index line (killed between rename and append): index it from its envelope."""
+        indexed = set(self._slugs.values())
+        for d in sorted(self.sessions.iterdir()):
+            if d.name.startswith(".") or d.name in indexed or not d.is_dir():
+                continue
+            try:
+                env = json.loads((d / ENVELOPE).read_text(encoding="utf-8"))
+                prov = env.get("provenance") or {}
+                key = str(prov["session_key"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self.recovery.append(f"{SESSIONS}/{d.name}: not a wt-otel session directory ({e}); left alone")
+                continue
+            if key in self._slugs:  # an older slug of a known key cannot happen; be safe
+                continue
+            source = env.get("source") or {}
+            entry = self._entry_from(key, d.name, self._revisions.get(key, 0) + 1, prov, source, env)
+            entry["recovered"] = True
+            self._append(entry)
+            self._slugs[key], self._revisions[key] = d.name, entry["revision"]
+            self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its envelope")
+
+    # ------------------------------------------------------------------ writing
+
+    def has_key(self, key: str) -> bool:
+        """Whether a session with this key was ever written here (the assembler avoids reusing it)."""
+        with self._lock:
+            return key in self._slugs
+
+    def slug_for(self, session: Session) -> str:
+        slug = self._slugs.get(session.key)
+        if slug is None:
+            slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, self._taken)
+            self._slugs[session.key] = slug
+        return slug
+
+    def write(self, session: Session, spans: object = None) -> Written:
+        """Write (or rewrite, as the next revision) one session's directory, then its index line."""
+        with self._lock:
+            slug = self.slug_for(session)
+            revision = self._revisions.get(session.key, 0) + 1
+            files = render(session, slug)
+            dest = self.sessions / slug
+            write_directory(dest, files, force=True)
+            entry = self._entry(session, slug, revision, sorted(files))
+            self._append(entry)
+            self._revisions[session.key] = revision
+        self.metrics.inc("wt_otel_sessions_written_total")
+        return Written(path=dest, slug=slug, revision=revision, entry=entry)
+
+    def _entry(self, session: Session, slug: str, revision: int, files: list[str]) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "key": session.key,
+            "slug": slug,
+            "revision": revision,
+            "complete": session.complete,
+            "trace_ids": session.trace_ids,
+            "conversation_id": session.conversation_id,
+            "service": session.service_name,
+            "started": iso(session.started_ns),
+            "ended": iso(session.ended_ns),
+            "flagged": session.flagged,
+            "flag_ref": session.flag_ref if session.flagged else None,
+            "flag_reason": session.flag_reason,
+            "redacted": bool(session.redaction),
+            "path": f"{SESSIONS}/{slug}",
+            "files": files,
+            "written_at": _now_iso(),
+        }
+
+    def _entry_from(self, key: str, slug: str, revision: int, prov: dict[str, Any], source: dict[str, Any],
+                    env: dict[str, Any]) -> dict[str, Any]:
+        flag = source.get("flag")
+        return {
+            "v": 1, "key": key, "slug": slug, "revision": revision, "complete": prov.get("complete", True),
+            "trace_ids": prov.get("trace_ids") or [], "conversation_id": prov.get("conversation_id"),
+            "service": prov.get("service_name"), "started": (env.get("session") or {}).get("started_at"),
+            "ended": source.get("captured_at"), "flagged": bool(flag), "flag_ref": source.get("ref") if flag else None,
+            "flag_reason": flag, "redacted": bool(env.get("redaction")), "path": f"{SESSIONS}/{slug}",
+            "files": sorted(p.name for p in (self.sessions / slug).iterdir()), "written_at": _now_iso(),
+        }
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        """One line, written with one write(2) call, flushed and fsynced before the write counts."""
+        self._index.write(json.dumps(entry, ensure_ascii=False, default=str).encode() + b"\n")
+        self._index.flush()
+        os.fsync(self._index.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._index.closed:
+                self._index.close()
+            if not self._lockfile.closed:
+                self._lockfile.close()
+
+    def __enter__(self) -> DataDirStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,305 @@
+"""The streaming session assembler: records in, completed Sessions out, in bounded memory.
+
+Grouping is import's (`wt_otel.sessions.SessionGrouper`), done incrementally:
+records join a session by trace id, and traces that share a conversation id
+are merged into one session (plain chat instrumentations make every LLM call
+its own trace). A session's key is the first trace id it was seen with and
+never changes, so every revision of it lands in the same scenario directory.
+
+When is a session complete? Spans are exported when they end, in any order
+and in any batch, so "complete" is a judgment on time:
+- `idle_timeout` seconds (default 30) with no new record for it; or
+- its root agent/workflow span has arrived (a span without a parent whose
+  operation is not a bare inference call) and nothing arrived for `grace`
+  seconds (default 2). A parentless *chat* span does not trigger this: with
+  one-trace-per-call instrumentations every call is a root, and the
+  conversation continues in the next trace. Nested `invoke_agent` spans
+  (sub-agents, handoffs) do not trigger it either: their parent goes on.
+
+Late records and revisions: a written session's records are kept for
+`late_window` seconds (bounded by `max_retained_records`). A record that
+belongs to it (same trace or conversation) re-opens it with all its records;
+when it completes again the sink gets the same key, and the data-dir store
+writes revision N+1, replacing the directory (each revision is a superset of
+the previous one). Once a written session's records are gone (window over,
+budget, restart), a late record starts a *continuation* session with key
+`<key>~2` (then `~3`...), written separately and marked incomplete with a
+warning naming the session it continues: nothing is overwritten with less.
+
+Bounds: at most `max_open_sessions` open sessions (the least recently active
+one is flushed when a new one would exceed it) and `max_records_per_session`
+records per session (that session is flushed when it reaches it). Both
+flushes write the session with `complete = False` and count
+`wt_otel_sessions_flushed_incomplete_total`; records are never dropped. A
+session flushed for size keeps only a tombstone (its ids), so what follows
+becomes a continuation rather than re-growing past the bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from wt_otel.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
+from wt_otel.metrics import Metrics
+from wt_otel.session import Session
+from wt_otel.sessions import attach_logs, build_session
+from wt_otel.spans import Record, SpanRecord
+
+log = logging.getLogger("wt_otel.assembler")
+
+SessionSink = Callable[[Session, list[SpanRecord]], None]
+"""Receives each completed session and its spans (log records attached as events)."""
+
+
+@dataclass(slots=True)
+class _Group:
+    """An open session, or (with `retained_at`) a written one kept for late records."""
+
+    key: str
+    created: int  # arrival order of the session's first record: merges keep the oldest key
+    records: list[Record] | None = field(default_factory=list)  # None: a tombstone
+    traces: set[str] = field(default_factory=set)
+    convs: set[str] = field(default_factory=set)
+    roots: set[str] = field(default_factory=set)  # traces whose parentless span arrived
+    last_seen: float = 0.0
+    root_ended: bool = False
+    continuation_of: str | None = None
+    absorbed: list[str] = field(default_factory=list)
+    retained_at: float = 0.0
+
+
+def _is_agent_root(span: SpanRecord) -> bool:
+    return not span.parent_span_id and operation(span) not in INFERENCE_OPERATIONS
+
+
+def _copy(record: Record) -> Record:
+    """`attach_logs` appends to span.events; a revision rebuilds from the same records."""
+    return dataclasses.replace(record, events=list(record.events)) if isinstance(record, SpanRecord) else record
+
+
+class SessionAssembler:
+    """A pipeline `Consumer`: `consume(records, now)`, `tick(now)`, `close()`; thread-safe."""
+
+    def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
+                 grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
+                 late_window: float = 300.0, max_retained_records: int = 200_000,
+                 is_written: Callable[[str], bool] | None = None) -> None:
+        self.sink = sink
+        self.metrics = metrics or Metrics()
+        self.idle_timeout = idle_timeout
+        self.grace = grace
+        self.max_open_sessions = max_open_sessions
+        self.max_records_per_session = max_records_per_session
+        self.late_window = late_window
+        self.max_retained_records = max_retained_records
+        self.max_retained_sessions = 4 * max_open_sessions  # tombstones are small: ids only
+        self._emitted: set[str] | None = None if is_written else set()  # without a store, remember keys here
+        self._is_written = is_written or self._emitted.__contains__
+        self._lock = threading.RLock()
+        self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
+        self._root_ended: set[str] = set()
+        self._retained: OrderedDict[str, _Group] = OrderedDict()  # oldest written first
+        self._retained_records = 0
+        self._by_trace: dict[str, str] = {}  # trace id -> key, open and retained alike
+        self._by_conv: dict[str, str] = {}
+        self._counter = 0
+
+    @classmethod
+    def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
+                    is_written: Callable[[str], bool] | None = None) -> SessionAssembler:
+        """From a `wt_otel.config.AssemblerConfig`."""
+        return cls(sink, metrics, idle_timeout=config.idle_timeout, grace=config.grace,
+                   max_open_sessions=config.max_open_sessions,
+                   max_records_per_session=config.max_records_per_session, late_window=config.late_window,
+                   max_retained_records=config.max_retained_records, is_written=is_written)
+
+    # ------------------------------------------------------------------ Consumer
+
+    def consume(self, records: Sequence[Record], now: float) -> None:
+        with self._lock:
+            for record in records:
+                self._add(record, now)
+            self.metrics.set("wt_otel_sessions_open", len(self._open))
+
+    def tick(self, now: float) -> None:
+        """Complete idle sessions and root-ended ones past their grace; forget old retained ones."""
+        with self._lock:
+            due: list[_Group] = []
+            for group in self._open.values():  # least recently active first: stop at the first non-idle
+                if now - group.last_seen < self.idle_timeout:
+                    break
+                due.append(group)
+            due += [self._open[k] for k in self._root_ended
+                    if k in self._open and self.idle_timeout > now - self._open[k].last_seen >= self.grace]
+            for group in due:
+                self._emit(group, now, complete=True)
+            while self._retained and now - next(iter(self._retained.values())).retained_at > self.late_window:
+                self._forget(next(iter(self._retained)))
+            self.metrics.set("wt_otel_sessions_open", len(self._open))
+
+    def flush(self, now: float) -> int:
+        """Write every open session now (force_flush, shutdown); complete if every trace's root arrived."""
+        with self._lock:
+            groups = list(self._open.values())
+            for group in groups:
+                self._emit(group, now, complete=group.traces <= group.roots)
+            self.metrics.set("wt_otel_sessions_open", 0)
+            return len(groups)
+
+    def close(self) -> None:
+        self.flush(time.time())
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._open)
+
+    # ------------------------------------------------------------------ grouping
+
+    def _add(self, record: Record, now: float) -> None:
+        trace_id = record.trace_id
+        if not trace_id:
+            self.metrics.inc("wt_otel_records_dropped_total", reason="no_trace_id")
+            return
+        conv = conversation_id(record.attributes)
+        keys = {k for k in (self._by_trace.get(trace_id), self._by_conv.get(conv) if conv else None) if k}
+        groups = [self._reopen(k, now) for k in sorted(keys)]
+        live = [g for g in groups if g is not None]
+        if not live:
+            tomb = next((self._retained.get(k) for k in keys if k in self._retained), None)
+            base = (tomb.continuation_of or tomb.key) if tomb else trace_id
+            group = self._start(base, now, continuation=tomb is not None)
+        else:
+            group = min(live, key=lambda g: g.created)
+            for other in live:
+                if other is not group:
+                    self._merge(group, other)
+        self._attach(group, record, trace_id, conv, now)
+        if len(group.records) >= self.max_records_per_session:
+            self._emit(group, now, complete=False, reason="max_records_per_session")
+        while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
+            self._emit(next(iter(self._open.values())), now, complete=False, reason="max_open_sessions")
+
+    def _start(self, base: str, now: float, continuation: bool = False) -> _Group:
+        key, n = base, 1
+        while key in self._open or key in self._retained or self._is_written(key):
+            n += 1
+            key = f"{base}~{n}"
+        self._counter += 1
+        group = _Group(key=key, created=self._counter, last_seen=now)
+        if continuation or n > 1:
+            group.continuation_of = base
+        self._open[key] = group
+        return group
+
+    def _reopen(self, key: str, now: float) -> _Group | None:
+        """The open group for `key`; a retained one is moved back to open. None for a tombstone."""
+        if key in self._open:
+            return self._open[key]
+        group = self._retained.get(key)
+        if group is None or group.records is None:
+            return None
+        del self._retained[key]
+        self._retained_records -= len(group.records)
+        group.retained_at = 0.0
+        group.last_seen = now
+        self._open[key] = group
+        if group.root_ended:
+            self._root_ended.add(key)
+        self.metrics.inc("wt_otel_sessions_reopened_total")
+        return group
+
+    def _merge(self, into: _Group, other: _Group) -> None:
+        """Two sessions turned out to share a conversation: one session, the older key."""
+        del self._open[other.key]
+        self._root_ended.discard(other.key)
+        into.records.extend(other.records)
+        into.traces |= other.traces
+        into.convs |= other.convs
+        into.roots |= other.roots
+        into.root_ended = into.root_ended or other.root_ended
+        if into.root_ended:
+            self._root_ended.add(into.key)
+        if self._is_written(other.key):
+            into.absorbed.append(other.key)
+        into.absorbed.extend(other.absorbed)
+        for t in other.traces:
+            self._by_trace[t] = into.key
+        for c in other.convs:
+            self._by_conv[c] = into.key
+
+    def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
+        group.records.append(record)
+        group.traces.add(trace_id)
+        self._by_trace[trace_id] = group.key
+        if conv:
+            group.convs.add(conv)
+            self._by_conv[conv] = group.key
+        if isinstance(record, SpanRecord) and not record.parent_span_id:
+            group.roots.add(trace_id)
+            if _is_agent_root(record):
+                group.root_ended = True
+                self._root_ended.add(group.key)
+        group.last_seen = now
+        self._open.move_to_end(group.key)
+
+    # ------------------------------------------------------------------ completion
+
+    def _emit(self, group: _Group, now: float, complete: bool, reason: str | None = None) -> None:
+        """Build the Session, hand it to the sink, keep the records for late arrivals."""
+        del self._open[group.key]
+        self._root_ended.discard(group.key)
+        if reason:
+            self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
+        records = group.records
+        try:
+            spans = attach_logs(_copy(r) for r in records)
+            session = build_session(spans, key=group.key)
+            if session is None:
+                self.metrics.inc("wt_otel_records_dropped_total", len(records), reason="no_genai_session")
+            else:
+                session.complete = complete and group.continuation_of is None
+                if group.continuation_of:
+                    session.warnings.append(
+                        f"continuation of session {group.continuation_of}: its earlier records were written "
+                        "before and are no longer in memory, so this holds only what arrived later")
+                if group.absorbed:
+                    session.warnings.append(
+                        "merged with session(s) written on their own before the shared conversation id was seen: "
+                        + ", ".join(group.absorbed))
+                self.sink(session, spans)
+                if self._emitted is not None:
+                    self._emitted.add(group.key)
+        except Exception:  # one bad session must not sink the others; its records stay retained
+            log.exception("session %s: not written", group.key)
+            self.metrics.inc("wt_otel_pipeline_errors_total")
+        self._retain(group, now, tombstone=reason == "max_records_per_session")
+
+    def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
+        if tombstone or self.late_window <= 0:
+            group.records = None
+        group.retained_at = now
+        self._retained[group.key] = group
+        self._retained_records += len(group.records or ())
+        while self._retained_records > self.max_retained_records:
+            # over the record budget: the oldest keeps its ids, so a late record becomes a continuation
+            oldest = next(g for g in self._retained.values() if g.records)
+            self._retained_records -= len(oldest.records)
+            oldest.records = None
+        while len(self._retained) > self.max_retained_sessions:
+            self._forget(next(iter(self._retained)))
+
+    def _forget(self, key: str) -> None:
+        group = self._retained.pop(key)
+        self._retained_records -= len(group.records or ())
+        for t in group.traces:
+            if self._by_trace.get(t) == key:
+                del self._by_trace[t]
+        for c in group.convs:
+            if self._by_conv.get(c) == key:
+                del self._by_conv[c]

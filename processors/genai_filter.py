@@ -1,0 +1,101 @@
+"""The cheap GenAI filter: drop what carries nothing GenAI-related, before any real work.
+
+A collector often forwards everything (HTTP server spans, DB spans, app
+logs). This stage looks only at attribute keys, span and event names, never
+at values, so it costs a few string prefix checks per record.
+
+A record is GenAI when it carries a GenAI attribute key (see `PREFIXES`,
+`KEYS`), a GenAI span name (`chat ...`, `execute_tool ...`, `invoke_agent ...`),
+a `gen_ai.*` span event, or is a `gen_ai.*` log event. Once a record of a
+trace is GenAI, the trace id goes into a bounded LRU and every other record
+of that trace is kept too: a root `invoke_agent` or workflow span often has
+no gen_ai attribute, and the assembler needs it to know the session ended.
+
+Limitation (by design, to stay cheap and bounded): a non-GenAI span that
+arrives in an earlier batch than the first GenAI record of its trace is
+dropped (within one batch, order does not matter). Spans are exported when
+they end and children end before parents, so a trace's root normally arrives
+after its GenAI children; the cost of a miss is a session that completes by
+idle timeout instead of root+grace.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from wt_otel.metrics import Metrics
+from wt_otel.pipeline import Consumer
+from wt_otel.sessions import FLAG_KEYS
+from wt_otel.spans import LogRecord, Record
+
+PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.", "generic.")
+KEYS = frozenset({"events", "all_messages_events", "input.value", "output.value", *FLAG_KEYS})
+SPAN_NAME_PREFIXES = ("chat", "execute_tool", "invoke_agent")
+
+
+def is_genai(record: Record) -> bool:
+    """Whether this record on its own carries GenAI evidence (keys and names only)."""
+    for key in record.attributes:
+        if key.startswith(PREFIXES) or key in KEYS:
+            return True
+    if isinstance(record, LogRecord):
+        name = record.event_name or str(record.attributes.get("event.name") or "")
+        return name.startswith("gen_ai.")
+    if record.name.startswith(SPAN_NAME_PREFIXES):
+        return True
+    return any(e.name.startswith("gen_ai.") for e in record.events)
+
+
+class GenAIFilter:
+    """A pipeline `Consumer` that forwards GenAI records (and their traces) to `next`."""
+
+    def __init__(self, next: Consumer, metrics: Metrics | None = None, max_known_traces: int = 100_000,
+                 enabled: bool = True) -> None:
+        self.next = next
+        self.metrics = metrics or Metrics()
+        self.max_known_traces = max_known_traces
+        self.enabled = enabled
+        self._known: OrderedDict[str, None] = OrderedDict()
+
+    @classmethod
+    def from_config(cls, next: Consumer, config, metrics: Metrics | None = None) -> GenAIFilter:
+        """From a `wt_otel.config.FilterConfig`."""
+        return cls(next, metrics, max_known_traces=config.max_known_traces, enabled=config.enabled)
+
+    def _remember(self, trace_id: str) -> None:
+        known = self._known
+        if trace_id in known:
+            known.move_to_end(trace_id)
+            return
+        known[trace_id] = None
+        if len(known) > self.max_known_traces:
+            known.popitem(last=False)
+
+    def filter(self, records: Sequence[Record]) -> list[Record]:
+        """The records to keep; two passes so order inside a batch does not matter."""
+        if not self.enabled:
+            return list(records)
+        for r in records:
+            if r.trace_id and is_genai(r):
+                self._remember(r.trace_id)
+        known = self._known
+        kept = [r for r in records if (r.trace_id in known if r.trace_id else is_genai(r))]
+        dropped = len(records) - len(kept)
+        if dropped:
+            self.metrics.inc("wt_otel_records_dropped_total", dropped, reason="not_genai")
+        return kept
+
+    def consume(self, records: Sequence[Record], now: float) -> None:
+        kept = self.filter(records)
+        if kept:
+            self.next.consume(kept, now)
+
+    def tick(self, now: float) -> None:
+        self.next.tick(now)
+
+    def close(self) -> None:
+        self.next.close()
+
+
+__all__ = ["GenAIFilter", "KEYS", "PREFIXES", "is_genai"]
