@@ -45,7 +45,6 @@ from typing import Any
 
 from wt_otel.exporters.envelope import iso
 from wt_otel.exporters.scenario_dir import render
-
 from wt_otel.fsutil import unique_slug, write_directory
 from wt_otel.metrics import Metrics
 from wt_otel.session import Session

@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 import yaml
-from wt_otel.exporters.envelope import source_ref
 
 from wt_otel import __version__
+from wt_otel.exporters.envelope import source_ref
 from wt_otel.session import Session
 
 FIXTURES = {"envelope": "incident.wtin.json", "universe": "fixture.universe.json", "cassette": "llm.cassette.json"}

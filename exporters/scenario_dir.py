@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from wt_otel.exporters.cassette import cassette
 from wt_otel.exporters.envelope import envelope
 from wt_otel.exporters.scenario import FIXTURES, imported_md, scenario_yaml, scorer_py
 from wt_otel.exporters.universe import universe
-
 from wt_otel.fsutil import write_directory
 from wt_otel.session import Session
 

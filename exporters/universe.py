@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from wt_otel.exporters.envelope import object_args, provenance
-
 from wt_otel.messages import canonical_json
 from wt_otel.session import Session
 

@@ -9,6 +9,7 @@ from livehelpers import run_agent
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
+
 from wt_otel.exporters.datadir import read_index
 from wt_otel.processors.sdk import WtOtelSpanProcessor, span_to_record
 

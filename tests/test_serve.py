@@ -21,6 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from wt_otel.exporters.datadir import read_index
 
 FILES = ["IMPORTED.md", "fixture.universe.json", "incident.wtin.json", "llm.cassette.json", "scenario.yaml",
