@@ -28,6 +28,7 @@ from wt_otel.contracts import (
 )
 from wt_otel.contracts.envelope import TextPart
 from wt_otel.contracts.problems import json_path
+from wt_otel.trace import load_trace
 
 T1, T2 = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -172,12 +173,32 @@ def scenario() -> dict[str, Any]:
     )
 
 
-VALID = {"envelope": envelope, "universe": universe, "cassette": cassette, "scenario": scenario}
+def trace() -> dict[str, Any]:
+    return {
+        "wt_trace": 1,
+        "scenario_id": "bluewing-misrouted-pallet",
+        "run_index": 1,
+        "run_id": "run-0001",
+        "started_at": "2026-07-07T10:00:00Z",
+        "runtime": "http_inject",
+        "inject_url": "http://127.0.0.1:8647",
+        "surface": {"status": "unavailable", "detail": "/wt/surface answered HTTP 404 (not implemented)"},
+        "turns": [{"text": "Which client?", "reply": "Bluewing.", "latency_ms": 12.5,
+                   "tool_calls": [{"name": "client_lookup", "arguments": {"query": "Bluewing"}}]}],
+        "mcp_calls": [{"tool_name": "client_lookup", "args": {"query": "Bluewing"}, "result": {"id": 7},
+                       "match": "exact", "divergence": None, "is_error": False, "timestamp_ms": 1783418400000}],
+        "evidence": {"witness": "available", "llm": "live"},
+        "integrity": {"status": "PASS"},
+    }
+
+
+VALID = {"envelope": envelope, "universe": universe, "cassette": cassette, "scenario": scenario, "trace": trace}
 LOADERS = {
     "envelope": load_envelope,
     "universe": load_universe,
     "cassette": load_cassette,
     "scenario": load_scenario,
+    "trace": load_trace,
 }
 
 

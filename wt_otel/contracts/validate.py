@@ -24,18 +24,20 @@ from wt_otel.contracts.problems import ContractError, Problem
 from wt_otel.contracts.scenario import Scenario, load_scenario
 from wt_otel.contracts.universe import Universe, lint_universe, load_universe
 
-KINDS = ("envelope", "universe", "cassette", "scenario")
+KINDS = ("envelope", "universe", "cassette", "scenario", "trace")
 VERSION_KEYS = {
     "windtunnel_interchange": "envelope",
     "windtunnel_universe": "universe",
     "wt_cassette": "cassette",
     "wt_scenario": "scenario",
+    "wt_trace": "trace",
 }
 SUFFIXES = {
     ".wtin.json": "envelope",
     ".universe.json": "universe",
     ".cassette.json": "cassette",
     ".scenario.yaml": "scenario",
+    ".trace.json": "trace",
 }
 MODELS: dict[str, type[BaseModel]] = {
     "envelope": Envelope,
@@ -48,14 +50,23 @@ TITLES = {
     "universe": "wt-otel Contract B tool universe (*.universe.json)",
     "cassette": "wt-otel LLM cassette (*.cassette.json)",
     "scenario": "wt-otel scenario (scenario.yaml)",
+    "trace": "wt-otel run trace (*.trace.json)",
 }
 _LOADERS: dict[str, Callable[[Any], Any]] = {
     "envelope": load_envelope,
     "universe": load_universe,
     "cassette": load_cassette,
     "scenario": load_scenario,
+    "trace": lambda data: _trace_module().load_trace(data),
 }
 _LINTERS: dict[str, Callable[[Any], list[Problem]]] = {"envelope": lint_envelope, "universe": lint_universe}
+
+
+def _trace_module() -> Any:
+    """wt_otel.trace (a run's record) lives outside this package and imports it: import it on use."""
+    from wt_otel import trace
+
+    return trace
 
 
 class UnreadableFile(Exception):
@@ -154,5 +165,6 @@ def find_files(root: str | Path) -> Iterator[Path]:
 
 def json_schema(kind: str) -> dict[str, Any]:
     """The JSON Schema (2020-12) of a kind, generated from its model."""
-    schema = MODELS[kind].model_json_schema()
+    model = MODELS[kind] if kind in MODELS else _trace_module().Trace
+    schema = model.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": TITLES[kind]}
