@@ -443,5 +443,98 @@ def conformance(ctx: click.Context, url: str | None, timeout_s: float | None) ->
     ctx.exit(0 if report.conforming else 1)
 
 
+# ---------------------------------------------------------------- run (the replay engine)
+
+
+@main.command("run")
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--runtime", "runtime_spec", default="http_inject", show_default=True, metavar="SPEC",
+              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent).")
+@click.option("--inject-url", "--url", "inject_url", metavar="URL",
+              help="http_inject base URL [$WT_INJECT_URL, else http://127.0.0.1:8647].")
+@click.option("--runs", type=click.IntRange(min=1), metavar="N", help="Runs per scenario [the scenario's runs].")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where traces go: RUNS_DIR/<sweep-id>/<scenario>/run-<n>.trace.json.")
+@click.option("--llm", type=click.Choice(["live", "replay"]), default="live", show_default=True,
+              help="replay: serve each scenario's llm.cassette.json as an OpenAI-compatible API.")
+@click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
+              help="How the cassette server matches requests (with --llm replay).")
+@click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
+              help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
+              help="Port of the cassette server (with --llm replay).")
+@click.option("--label", metavar="L", help="A label recorded in every trace and the summary.")
+@click.pass_context
+def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
+         runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None) -> None:
+    """Replay scenarios against an agent, hermetically, and record a trace per run.
+
+    PATH is a scenario directory (holding scenario.yaml) or a folder searched
+    for them. For each scenario its universe is served over MCP at
+    http://127.0.0.1:8648/mcp (and with --llm replay its cassette at
+    http://127.0.0.1:8649/v1); configure the agent with those URLs (an
+    in-process agent finds them in $WT_UNIVERSE_URL and $WT_LLM_BASE_URL).
+    Each run resets the agent, probes /wt/surface, and injects the scenario's
+    user turns into one new session.
+
+    \b
+    One line per scenario:
+      PASS     ID  runs N/N
+      INVALID  ID  runs N/N  universe bypassed: ... (the agent reported tool calls the universe never saw)
+      ERROR    ID  runs n/N  why it could not run (endpoint down, reset failed, bad fixture, port in use)
+      NOT RUN  ID  runs 0/N  the sweep stopped: 3 scenarios in a row errored
+    The verdict comes from the runs' integrity alone (scoring comes later); a
+    line may end with "divergence: N universe miss(es), M LLM miss(es)": calls
+    that matched no recording, recorded in the traces, not (yet) a failure.
+    Traces: RUNS_DIR/<sweep-id>/<scenario>/run-<n>.trace.json, with a
+    summary.json of the sweep.
+
+    Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
+    2 usage (no scenario found, bad flags or runtime).
+    """
+    import logging
+
+    from wt_otel.inject import RuntimeSpecError, resolve_runtime
+    from wt_otel.runner import RunOptions, Sweep, load_all
+    from wt_otel.scenarios import NoScenarios, find_scenarios
+
+    try:
+        dirs = find_scenarios(list(paths))
+        runtime = resolve_runtime(runtime_spec, url=inject_url)
+    except (NoScenarios, RuntimeSpecError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    if inject_url and runtime.name != "http_inject":
+        click.echo("error: --inject-url applies to --runtime http_inject only", err=True)
+        ctx.exit(2)
+    scenarios = load_all(dirs, llm)
+    # divergence is recorded in every trace and summed up per scenario below; no log line mid-progress
+    universe_log = logging.getLogger("wt_otel.universe")
+    saved_level = universe_log.level
+    universe_log.setLevel(logging.ERROR)
+    console = Console(stderr=True)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("starting", total=None)
+            options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
+                                 llm_match=llm_match, universe_port=universe_port,
+                                 llm_port=llm_port, label=label, emit=click.echo,
+                                 progress=lambda text: bar.update(task, description=text))
+            sweep = Sweep(options).run(scenarios)
+    finally:
+        runtime.close()
+        universe_log.setLevel(saved_level)
+    width = max(len(s.id) for s in sweep.scenarios)
+    for s in sweep.scenarios:
+        line = f"{s.status:<8} {s.id:<{width}}  runs {len(s.traces)}/{s.runs_planned}"
+        click.echo(line + "".join(f"  {text}" for text in (s.detail, s.note) if text))
+    if sweep.stopped:
+        click.echo(f"stopped: {sweep.stopped}", err=True)
+    counts = {v: sum(s.status == v for s in sweep.scenarios) for v in ("PASS", "INVALID", "ERROR", "NOT RUN")}
+    click.echo(", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) + f"; traces in {sweep.directory}/")
+    ctx.exit(sweep.exit_code)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
