@@ -1,0 +1,160 @@
+"""OpenTelemetry GenAI telemetry for the reference agent, so it can record incidents as well as replay them.
+
+Spans come from real instrumentations, not from this file: the OTel contrib
+`opentelemetry-instrumentation-genai-openai-agents` turns the Agents SDK's
+tracing callbacks into `invoke_workflow` (the turn's root) > `invoke_agent` >
+`execute_tool` spans, and `opentelemetry-instrumentation-genai-openai` patches
+the openai client for the `chat` spans (input/output messages, system
+instructions and tool definitions as semconv attributes). Every span of a turn
+carries `gen_ai.conversation.id` = the Contract C `session_id` (the run's
+`group_id`), which is how `wt-otel import` groups a session's turns.
+
+The Agents SDK's own trace processors (which upload to OpenAI when an API key is
+set) are always replaced, telemetry on or off. `set_tracing_disabled()` is not
+used: it would silence the OTel bridge as well.
+
+Both instrumentations patch process-wide state: configure once per process and
+`shutdown()` (which uninstruments) before configuring again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .config import AgentConfig
+
+# Latest GenAI conventions, content on span attributes (what the importer reads best). Set before the
+# instrumentations are imported, which read them once; an explicit environment setting wins.
+SEMCONV_ENV = {
+    "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+}
+INCIDENT_ATTR = "wt.incident"
+
+# The incident id of the turn being run, set by the inject handler for `"wt_incident": "<id>"`. The Agents SDK
+# starts the turn's root span synchronously inside the turn's task, which inherits this context.
+current_incident: ContextVar[str | None] = ContextVar("wt_incident", default=None)
+
+
+class IncidentTagger(SpanProcessor):
+    """Marks the root span of a flagged turn with `wt.incident`, as an app that knows a run went wrong would."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        incident = current_incident.get()
+        if incident and span.parent is None:
+            span.set_attribute(INCIDENT_ATTR, incident)
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Appends one OTLP/JSON `ExportTraceServiceRequest` per export, as the Collector `file` exporter does.
+
+    Encoded by the SDK's own OTLP protobuf encoder, then made OTLP/JSON-conformant:
+    trace/span ids as lowercase hex (protobuf's JSON mapping gives base64) and enums as integers.
+    """
+
+    _ID_KEYS = {"traceId", "spanId", "parentSpanId"}
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        request = MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+        line = json.dumps(self._hex_ids(request), separators=(",", ":"))
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    @classmethod
+    def _hex_ids(cls, node: Any) -> Any:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in cls._ID_KEYS and isinstance(value, str):
+                    node[key] = base64.b64decode(value).hex()
+                else:
+                    cls._hex_ids(value)
+        elif isinstance(node, list):
+            for value in node:
+                cls._hex_ids(value)
+        return node
+
+
+class Telemetry:
+    """The configured pipeline; `provider` is None when telemetry is off."""
+
+    def __init__(self, provider: TracerProvider | None = None, instrumentors: Sequence[Any] = ()) -> None:
+        self.provider = provider
+        self._instrumentors = list(instrumentors)
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider is not None
+
+    def shutdown(self) -> None:
+        """Flush and close the exporters, then uninstrument (so a later `configure` starts clean)."""
+        if self.provider is not None:
+            self.provider.shutdown()
+        for instrumentor in reversed(self._instrumentors):
+            instrumentor.uninstrument()
+        self.provider, self._instrumentors = None, []
+
+
+def configure(config: AgentConfig) -> Telemetry:
+    """Replace the Agents SDK's uploaders; with an OTLP endpoint or file configured, instrument and export."""
+    from agents.tracing import set_trace_processors
+
+    set_trace_processors([])  # first: the instrumentor restores exactly this on uninstrument
+    if not (config.otlp_endpoint or config.otlp_file):
+        return Telemetry()
+    for key, value in SEMCONV_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+        from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
+    except ImportError as exc:
+        raise RuntimeError(
+            f"telemetry is configured but an instrumentation is missing ({exc}); install "
+            "opentelemetry-instrumentation-genai-openai==1.3b0 and "
+            "opentelemetry-instrumentation-genai-openai-agents==1.3b0 (both in wt-otel's `test` extra)"
+        ) from exc
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}))
+    provider.add_span_processor(IncidentTagger())
+    if config.otlp_file:  # synchronous: a turn's spans are on disk when its reply leaves
+        provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(config.otlp_file)))
+    if config.otlp_endpoint:
+        provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(config)))
+    openai_instrumentor, agents_instrumentor = OpenAIInstrumentor(), OpenAIAgentsInstrumentor()
+    openai_instrumentor.instrument(tracer_provider=provider)
+    agents_instrumentor.instrument(tracer_provider=provider, disable_openai_trace_export=True)
+    return Telemetry(provider, [openai_instrumentor, agents_instrumentor])
+
+
+def _otlp_exporter(config: AgentConfig) -> SpanExporter:
+    if config.otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter(endpoint=config.otlp_endpoint, insecure=not config.otlp_endpoint.startswith("https://"))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter(endpoint=config.otlp_endpoint)
