@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from wt_otel.exporters.envelope import object_args, provenance
-from wt_otel.messages import canonical_json
+from wt_otel.messages import canonical_json, unwrap_mcp
 from wt_otel.session import Session
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
@@ -34,7 +34,7 @@ def recordings(session: Session) -> list[dict[str, Any]]:
             for p in m["parts"]:
                 if p.get("type") == "tool_call" and p.get("id") in responses:
                     out.append({"tool_name": p.get("name") or "", "args": object_args(p.get("arguments")),
-                                "result": responses[p["id"]].get("response"), "source": "transcript",
+                                "result": unwrap_mcp(responses[p["id"]].get("response")), "source": "transcript",
                                 "tool_call_id": p["id"]})
     seen: set[tuple[str, str, str]] = set()
     unique = []

@@ -186,3 +186,30 @@ def test_log_records_reach_their_span_as_events(tmp_path):
                       body={"message": {"content": "hi there"}, "finish_reason": "stop"})]
     s = build_session([logs[1], span, logs[0]])  # arrival order does not matter
     assert s.user_turns == ["hello"] and s.final_answer == "hi there"
+
+
+def test_system_prompt_sent_as_a_system_message_becomes_system_instructions(otlp_dump):
+    system = {"role": "system", "parts": [{"type": "text", "content": "Be terse."}]}
+
+    def build(t):
+        chat_span(t, inputs=[system, user("hi")], outputs=[assistant("yo")])
+
+    [s] = sessions_of(otlp_dump(build))
+    assert s.system_instructions == [{"type": "text", "content": "Be terse."}]
+    assert [m["role"] for m in s.messages] == ["user", "assistant"]
+
+
+def test_mcp_content_wrappers_are_unwrapped_in_witnessed_results(otlp_dump):
+    wrapped = [{"type": "text", "text": '{"email": "a@b.example"}', "annotations": None}]
+
+    def build(t):
+        for result in (wrapped, {"type": "text", "text": "plain"},
+                       {"content": wrapped, "structuredContent": {"email": "s@b.example"}, "isError": False}):
+            with t.start_as_current_span("execute_tool f", attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "f",
+                    "gen_ai.tool.call.arguments": "{}", "gen_ai.tool.call.result": json.dumps(result)}):
+                pass
+
+    sessions = sessions_of(otlp_dump(build))
+    results = sorted((w.result for s in sessions for w in s.witnessed_calls), key=str)
+    assert results == sorted([{"email": "a@b.example"}, "plain", {"email": "s@b.example"}], key=str)

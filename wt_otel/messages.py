@@ -54,6 +54,24 @@ def decode_arguments(value: Any) -> tuple[Any, bool]:
 MAX_LITERAL = 100_000
 
 
+def unwrap_mcp(value: Any) -> Any:
+    """An MCP tool result as the tool meant it: `structuredContent` when present, else the text
+    of `{"type": "text", "text": ...}` content blocks (frameworks log the wrapper, not the value)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("structuredContent"), dict) and "content" in value:
+            return value["structuredContent"]
+        if "content" in value and isinstance(value.get("content"), list) and set(value) <= {
+                "content", "isError", "is_error", "meta", "_meta", "structuredContent"}:
+            return unwrap_mcp(value["content"])
+        if value.get("type") == "text" and isinstance(value.get("text"), str) and set(value) <= {
+                "type", "text", "annotations", "meta", "_meta"}:
+            return decode_result(value["text"])
+    if isinstance(value, list) and value and all(
+            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in value):
+        return decode_result("".join(b["text"] for b in value))
+    return value
+
+
 def decode_result(value: Any) -> Any:
     """Tool results: JSON text becomes data; so does a Python literal (the Agents SDK logs
     `repr(result)`), parsed with `ast.literal_eval`, which evaluates no code; else as sent."""

@@ -35,8 +35,8 @@ def extract(span: SpanRecord) -> list[Observation]:
 
 def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
     """Fill messages, instructions and tool definitions from semconv-shaped attributes."""
-    call.input_messages = [normalize_message(m) for m in as_list(source.get("gen_ai.input.messages")) or []
-                           if isinstance(m, dict)]
+    inputs = [normalize_message(m) for m in as_list(source.get("gen_ai.input.messages")) or [] if isinstance(m, dict)]
+    call.input_messages = [m for m in inputs if m["role"] != "system"]
     call.output_messages = []
     for m in as_list(source.get("gen_ai.output.messages")) or []:
         if not isinstance(m, dict):
@@ -45,7 +45,9 @@ def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
         if m.get("finish_reason"):
             call.finish_reasons.append(str(m["finish_reason"]))
         call.output_messages.append(msg)
-    instructions = as_list(source.get("gen_ai.system_instructions")) or []
+    instructions = as_list(source.get("gen_ai.system_instructions"))
+    if instructions is None:  # many producers still send the prompt as a `system` message
+        instructions = [p for m in inputs if m["role"] == "system" for p in m["parts"]]
     call.system_instructions = [normalize_part(p) for p in instructions]
     if "gen_ai.tool.definitions" in source:
         call.tool_definitions = [d for d in map(tool_definition, as_list(source["gen_ai.tool.definitions"]) or [])
