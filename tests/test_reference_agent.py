@@ -316,3 +316,15 @@ def test_telemetry_to_a_file_imports_as_a_scenario(tmp_path: Path, universe: Uni
     assert envelope["provenance"]["conversation_id"] == "conv-42"
     recordings = json.loads((scenario / "fixture.universe.json").read_text())["recordings"]
     assert [(r["tool_name"], r["args"], r["result"]) for r in recordings] == [("client_lookup", LOOKUP, RECORDED)]
+
+
+def test_wt_otel_conformance_passes_against_the_reference_agent(agent: str):
+    """The reference agent is the paved path: `wt-otel conformance` must call it conforming."""
+    from click.testing import CliRunner
+
+    from wt_otel.cli import main
+
+    result = CliRunner().invoke(main, ["conformance", "--url", agent], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.output
+    assert "PASS reset.canary" in result.output
