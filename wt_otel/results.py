@@ -1,0 +1,81 @@
+"""What a sweep produces, as data: layer results, run scores, scenario results, the sweep.
+
+The scoring side (`wt_otel.scorers`, `wt_otel.assertions`, `wt_otel.verdict`)
+fills these; the reporting side (terminal table, JUnit, JSON, ledger, spans)
+only reads them. They are also file formats (`results.json`, the ledger row,
+the per-run score sidecar), hence pydantic models with generated schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LAYERS = ("outcome", "trajectory", "constraint", "integrity")
+Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LayerResult(_Model):
+    """One layer of one run: did it pass, and why (the detail names the evidence used)."""
+
+    passed: bool
+    detail: str = ""
+
+
+class RunScore(_Model):
+    """The per-run score sidecar (`run-<n>.score.json` next to `run-<n>.trace.json`)."""
+
+    wt_score: Literal[1] = 1
+    scenario_id: str
+    run_index: int
+    run_id: str
+    layers: dict[str, LayerResult] = Field(default_factory=dict)
+    gate: list[str] = Field(default_factory=lambda: ["outcome"])
+    passed: bool = False  # every gated layer passed and integrity held
+    trace_path: str | None = None
+
+
+class ScenarioResult(_Model):
+    """One scenario over its runs in one sweep: one ledger row, one JUnit testcase."""
+
+    scenario_id: str
+    pack: str | None = None
+    owner: str | None = None
+    label: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    origin: str | None = None
+    model: str | None = None
+    sampler: dict[str, Any] = Field(default_factory=dict)
+    verdict: Verdict
+    detail: str | None = None
+    runs: int = 0
+    runs_passed: int = 0
+    layer_pass_rates: dict[str, float] = Field(default_factory=dict)
+    gate: list[str] = Field(default_factory=lambda: ["outcome"])
+    run_ids: list[str] = Field(default_factory=list)
+    scores: list[RunScore] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class SweepResult(_Model):
+    """A whole `wt-otel run` / `wt-otel check`: the `--format json` document."""
+
+    wt_results: Literal[1] = 1
+    sweep_id: str
+    started_at: str
+    finished_at: str | None = None
+    selection: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+    git_sha: str | None = None
+    wt_version: str | None = None
+    scenarios: list[ScenarioResult] = Field(default_factory=list)
+    stopped: str | None = None  # why the sweep stopped early (circuit breaker), if it did
+
+    @property
+    def ok(self) -> bool:
+        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
