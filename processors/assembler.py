@@ -88,7 +88,7 @@ class SessionAssembler:
 
     def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
                  grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
-                 late_window: float = 300.0, max_retained_records: int = 200_000,
+                 late_window: float = 300.0, max_retained_records: int = 20_000,
                  is_written: Callable[[str], bool] | None = None) -> None:
         self.sink = sink
         self.metrics = metrics or Metrics()
@@ -105,6 +105,7 @@ class SessionAssembler:
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         self._root_ended: set[str] = set()
         self._retained: OrderedDict[str, _Group] = OrderedDict()  # oldest written first
+        self._holding: OrderedDict[str, None] = OrderedDict()  # retained keys still holding records, oldest first
         self._retained_records = 0
         self._by_trace: dict[str, str] = {}  # trace id -> key, open and retained alike
         self._by_conv: dict[str, str] = {}
@@ -183,7 +184,13 @@ class SessionAssembler:
         if len(group.records) >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
-            self._emit(next(iter(self._open.values())), now, complete=False, reason="max_open_sessions")
+            oldest = next(iter(self._open.values()))
+            if oldest.root_ended and oldest.traces <= oldest.roots:
+                # only waiting out its grace (a backlog consumed faster than sessions are written): it is
+                # complete by the shutdown flush's rule, so written as such, not counted as a bound hit
+                self._emit(oldest, now, complete=True)
+            else:
+                self._emit(oldest, now, complete=False, reason="max_open_sessions")
 
     def _start(self, base: str, now: float, continuation: bool = False) -> _Group:
         key, n = base, 1
@@ -205,6 +212,7 @@ class SessionAssembler:
         if group is None or group.records is None:
             return None
         del self._retained[key]
+        del self._holding[key]
         self._retained_records -= len(group.records)
         group.retained_at = 0.0
         group.last_seen = now
@@ -285,10 +293,13 @@ class SessionAssembler:
             group.records = None
         group.retained_at = now
         self._retained[group.key] = group
-        self._retained_records += len(group.records or ())
+        if group.records is not None:
+            self._holding[group.key] = None
+            self._retained_records += len(group.records)
         while self._retained_records > self.max_retained_records:
-            # over the record budget: the oldest keeps its ids, so a late record becomes a continuation
-            oldest = next(g for g in self._retained.values() if g.records)
+            # over the record budget: the oldest keeps its ids, so a late record becomes a continuation.
+            # `_holding` skips the tombstones in O(1); scanning `_retained` for them made this quadratic.
+            oldest = self._retained[self._holding.popitem(last=False)[0]]
             self._retained_records -= len(oldest.records)
             oldest.records = None
         while len(self._retained) > self.max_retained_sessions:
@@ -296,6 +307,7 @@ class SessionAssembler:
 
     def _forget(self, key: str) -> None:
         group = self._retained.pop(key)
+        self._holding.pop(key, None)
         self._retained_records -= len(group.records or ())
         for t in group.traces:
             if self._by_trace.get(t) == key:

@@ -155,6 +155,15 @@ def test_max_open_sessions_flushes_the_oldest_as_incomplete_and_loses_nothing():
     assert sorted(sp.span_id for spans in sink.spans for sp in spans) == sorted(r.span_id for r in records)
 
 
+def test_max_open_sessions_writes_a_session_whose_root_arrived_as_complete():
+    """Under a backlog many finished sessions wait out their grace at once; the bound must not brand them."""
+    asm, sink, metrics = make(max_open_sessions=2)
+    for n in range(1, 4):
+        asm.consume(weather_session(tid(n)), now=0.0)
+    assert [(s.key, s.complete) for s in sink.sessions] == [(tid(1), True)]
+    assert metrics.get("wt_otel_sessions_flushed_incomplete_total", reason="max_open_sessions") == 0
+
+
 def test_max_records_per_session_flushes_and_continues():
     asm, sink, metrics = make(max_records_per_session=3)
     q = user("q")
@@ -166,6 +175,19 @@ def test_max_records_per_session_flushes_and_continues():
     assert "continuation of session" in sink.sessions[1].warnings[-1]
     assert metrics.get("wt_otel_sessions_flushed_incomplete_total", reason="max_records_per_session") == 2
     assert sum(len(spans) for spans in sink.spans) == 7
+
+
+def test_retained_records_budget_forgets_the_oldest_first_past_tombstones():
+    asm, sink, _ = make(max_retained_records=8, grace=0)  # 4 records per weather session: room for two
+    for n in range(1, 5):
+        asm.consume(weather_session(tid(n)), now=float(n))
+        asm.tick(n + 0.5)
+    # after session 3 the budget dropped 1's records; after 4 it dropped 2's, skipping 1's tombstone
+    for n in (2, 3):
+        asm.consume([exec_tool(tid(n), "weather", {"city": "Rome"}, {"temp": 9}, "late", parent="a" * 16)], now=9)
+    asm.close()
+    assert [s.key for s in sink.sessions] == [tid(1), tid(2), tid(3), tid(4), tid(2) + "~2", tid(3)]
+    assert [len(spans) for spans in sink.spans[-2:]] == [1, 5]  # 2 continues with what came late, 3 is revised
 
 
 def test_records_without_trace_id_are_counted_not_silently_lost():

@@ -57,7 +57,7 @@ class AssemblerConfig(_Strict):
     max_open_sessions: int = Field(10_000, gt=0)
     max_records_per_session: int = Field(20_000, gt=0)
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
-    max_retained_records: int = Field(200_000, ge=0, description="bound on records kept for late-span revisions")
+    max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
 
 
 class FlagRule(_Strict):
