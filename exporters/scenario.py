@@ -89,8 +89,11 @@ SUGGESTED_FACTS = [
 
 
 def outcome(trace) -> tuple[bool, str]:
-    """Return (passed, detail) for one replayed run."""
-    # TODO: write the outcome check, e.g. every required fact appears in the final reply.
+    """Return (passed, detail) for one replayed run (a wt_otel.results.LayerResult works too)."""
+    # TODO: write the outcome check, e.g. every required fact appears in the final reply and the tools
+    # returned it. wt_otel.scorers has the pieces (each returns a LayerResult):
+    #     from wt_otel.scorers import all_of, substantiated_by_tools, target_facts
+    #     outcome = all_of(target_facts([...]), substantiated_by_tools())
     return False, "scorer.py is an unreviewed stub: write the outcome check (see SUGGESTED_FACTS)"
 '''
 

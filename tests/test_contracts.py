@@ -162,12 +162,12 @@ def scenario() -> dict[str, Any]:
         must_call: [client_lookup]
         forbidden_calls: [payment_submit]
         assertions:
-          - {type: tool_sequence, mode: subsequence, tools: [client_lookup]}
+          - {type: tool-sequence, mode: ordered-subsequence, tools: [client_lookup]}
         fixtures: {envelope: incident.wtin.json, universe: fixture.universe.json, cassette: llm.cassette.json}
         scorer: scorer.py
         runs: 3
         variance_allowed: false
-        gates: [outcome, constraint]
+        gates: [outcome, trajectory, constraint]
         metadata: {ticket: OPS-1}
         """
     )

@@ -7,8 +7,9 @@ A reported call with no witnessed counterpart went somewhere else (live tools),
 so the run is INVALID, whatever the agent answered: a replay that silently
 reached production must never pass.
 
-`scenario_verdict(traces)` is the seam the scoring layers (outcome, trajectory,
-constraint) plug into later; today it reads integrity alone.
+`scenario_verdict(traces)` is the integrity-only verdict; the scored verdict
+(outcome, trajectory, constraint and integrity over N runs) is
+`wt_otel.scoring.score_scenario`, which the runner calls.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from wt_otel.messages import canonical_json
+from wt_otel.results import Verdict
 from wt_otel.trace import Integrity, McpCall, Trace, Turn
 
 BYPASS = "universe bypassed: the agent did not call the served universe"
-Verdict = Literal["PASS", "INVALID", "ERROR"]
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,10 @@ class ScenarioVerdict:
 
 
 def scenario_verdict(traces: Sequence[Trace]) -> ScenarioVerdict:
-    """ERROR if any run errored, INVALID if any was invalid, else PASS (integrity alone, for now).
+    """ERROR if any run errored, INVALID if any was invalid, else PASS (integrity alone).
 
-    The scoring layers will extend this: a PASS here only says every run was
-    complete and hermetic. No trace at all is an ERROR (a scenario never vanishes).
+    A PASS here only says every run was complete and hermetic; `wt_otel.scoring`
+    judges the rest. No trace at all is an ERROR (a scenario never vanishes).
     """
     if not traces:
         return ScenarioVerdict("ERROR", "no run was recorded")

@@ -12,7 +12,7 @@ import re
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from wt_otel.contracts.problems import (
     ContractModel,
@@ -23,6 +23,7 @@ from wt_otel.contracts.problems import (
     is_one_of,
     is_version,
     load,
+    raise_at,
 )
 
 GATES = ("outcome", "trajectory", "constraint")
@@ -68,10 +69,10 @@ class Fixtures(_Strict):
 
 
 class Assertion(ContractModel):
-    """One check; the vocabulary is defined by the assertion suites, so any
-    further keys are kept for them to read."""
+    """One check in the trace2test vocabulary (`wt_otel.assertions`): the keys
+    beyond `type` are kept here and checked strictly by the Scenario validator."""
 
-    type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool_sequence")]
+    type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool-sequence")]
 
 
 class Scenario(_Strict):
@@ -96,6 +97,50 @@ class Scenario(_Strict):
         default_factory=lambda: ["outcome"], description="layers that decide the verdict"
     )
     metadata: dict[str, str] = {}
+
+    def inferred_gate(self) -> list[str]:
+        """The layers the scenario's own declarations put in the gate: outcome always; trajectory with a
+        tool-sequence / tool-arguments assertion, must_call or forbidden_calls; constraint with a policy."""
+        kinds = {a.type for a in self.assertions}
+        gate = ["outcome"]
+        if kinds & {"tool-sequence", "tool-arguments"} or self.must_call or self.forbidden_calls:
+            gate.append("trajectory")
+        if "policy" in kinds:
+            gate.append("constraint")
+        return gate
+
+    def gate(self) -> list[str]:
+        """The effective gate: the inferred layers plus any an explicit `gates:` adds, in GATES order."""
+        wanted = set(self.inferred_gate()) | (set(self.gates) if "gates" in self.model_fields_set else set())
+        return [g for g in GATES if g in wanted]
+
+    @model_validator(mode="after")
+    def _assertions_and_gates(self) -> Scenario:
+        from wt_otel.assertions import AssertionSyntaxError, parse_assertions  # lazy: assertions imports trace
+
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        try:
+            parse_assertions([a.model_dump(mode="python") for a in self.assertions])
+        except AssertionSyntaxError as exc:
+            errors += [(loc, f"is invalid: {message}") for loc, message in exc.problems]
+        if "gates" in self.model_fields_set:
+            dropped = [g for g in self.inferred_gate() if g not in self.gates]
+            for layer in dropped:
+                errors.append((("gates",), f"omits {layer!r}, which the scenario's own checks put in the gate "
+                                           f"({_why(self, layer)}); gates may only widen the inferred gate "
+                                           f"{self.inferred_gate()}: add {layer!r} or remove the check"))
+        raise_at(errors)
+        return self
+
+
+def _why(scenario: Scenario, layer: str) -> str:
+    if layer == "outcome":
+        return "the outcome layer is always gated"
+    kinds = ("tool-sequence", "tool-arguments") if layer == "trajectory" else ("policy",)
+    found = [f"{k} assertion" for k in kinds if any(a.type == k for a in scenario.assertions)]
+    if layer == "trajectory":
+        found += [k for k in ("must_call", "forbidden_calls") if getattr(scenario, k)]
+    return ", ".join(found)
 
 
 def load_scenario(data: Any) -> Scenario:
