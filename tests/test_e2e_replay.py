@@ -106,6 +106,10 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, production: UniverseMCPSe
     res = CliRunner().invoke(main, ["import", str(dump), "--out", str(tmp / "scenarios")])
     assert res.exit_code == 0, res.output
     [directory] = (tmp / "scenarios").iterdir()
+    # the review step the import asks for: the stub scorer fails until a human writes the outcome check
+    (directory / "scorer.py").write_text("from wt_otel.scorers import all_of, substantiated_by_tools, target_facts\n"
+                                         "outcome = all_of(target_facts(['+1-555-0100']), "
+                                         "substantiated_by_tools())\n")
     return directory
 
 
@@ -135,7 +139,7 @@ def test_replay_reproduces_the_recording_with_zero_divergence(scenario: Path, po
     with start_in_thread(agent_config(ports), port=0) as agent:
         res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
     assert res.exit_code == 0, res.output
-    assert re.search(r"^PASS +\S+ +runs 1/1$", res.output, re.M), res.output  # no divergence note either
+    assert re.search(r"^PASS +\S+ +1/1( +\d+%)*$", res.output, re.M), res.output  # no divergence note either
     assert [t.text for t in trace.turns] == list(TURNS)
     assert trace.turns[0].reply == FIRST_ANSWER and all(t.error is None for t in trace.turns)
     assert [(c.tool_name, c.args, c.match, c.divergence) for c in trace.mcp_calls] == [
@@ -151,15 +155,16 @@ def test_a_changed_system_prompt_is_recorded_as_llm_divergence(scenario: Path, p
                                                                tmp_path: Path) -> None:
     """The cassette no longer answers: every model request misses, the agent reports a model error.
 
-    Verdict with integrity alone: PASS (the run completed, hermetically: no tool
-    reached production, the agent-level error is a scoreable outcome). The
-    divergence is what must not be lost: it is in llm_calls, the warnings and
-    the summary line, for the scoring layers to fail on.
+    Integrity holds (the run completed, hermetically: no tool reached
+    production); the outcome fails, since the agent never answered. The
+    divergence must not be lost either: it is in llm_calls, the warnings and
+    the summary line.
     """
     with start_in_thread(agent_config(ports, instructions="You are a pirate. Say arr."), port=0) as agent:
         res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
-    assert res.exit_code == 0, res.output
-    assert re.search(r"^PASS .* divergence: 2 LLM miss\(es\)$", res.output, re.M), res.output
+    assert res.exit_code == 1, res.output
+    assert re.search(r"^FAIL .* run 1: outcome: the agent gave no final reply .* divergence: 2 LLM miss\(es\)$",
+                     res.output, re.M), res.output
     assert [c.match for c in trace.llm_calls] == ["miss", "miss"]  # one per turn: each failed at its first request
     assert all(c.event == "llm_divergence" and c.status == 422 for c in trace.llm_calls)
     assert trace.llm_calls[0].divergence["at"] == "messages[0]"  # the system prompt
@@ -175,7 +180,7 @@ def test_an_agent_on_the_live_tools_is_invalid(scenario: Path, production: Unive
     with start_in_thread(agent_config(ports, mcp_url=production.url), port=0) as agent:
         res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
     assert res.exit_code == 1
-    assert re.search(rf"^INVALID +\S+ +runs 1/1 +run 1: {BYPASS}", res.output, re.M), res.output
+    assert re.search(rf"^INVALID +\S+ +0/1 .* run 1: {BYPASS}", res.output, re.M), res.output
     assert [c["tool_name"] for c in production.call_log()] == ["client_lookup"] * 2  # production was reached
     assert trace.integrity.status == "INVALID" and trace.mcp_calls == []
     assert trace.evidence.witness == "unavailable"
@@ -187,5 +192,5 @@ def test_a_stopped_endpoint_is_an_error_and_exit_1(scenario: Path, ports: tuple[
     agent.stop()
     res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
     assert res.exit_code == 1
-    assert re.search(r"^ERROR +\S+ +runs 1/1 +run 1: reset failed: .*cannot connect", res.output, re.M), res.output
+    assert re.search(r"^ERROR +\S+ +0/1 .* run 1: reset failed: .*cannot connect", res.output, re.M), res.output
     assert trace.integrity.status == "ERROR" and trace.turns == []

@@ -79,3 +79,41 @@ class SweepResult(_Model):
     @property
     def ok(self) -> bool:
         return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+
+
+class LedgerRow(_Model):
+    """One line of `<runs-dir>/ledger.ndjsonl`: one scenario in one sweep, ERROR rows included.
+
+    The ledger is the queryable index over time (trends, flakiness, "green
+    since"), so a row carries everything a report groups or filters by and
+    never the deep evidence (that stays in the per-run trace and score files,
+    reachable through `run_ids`). Readers tolerate unknown keys, so later
+    versions can add fields without breaking older reports.
+    """
+
+    wt_ledger: Literal[1] = 1
+    ts: str  # when this row was written (ISO 8601, UTC)
+    sweep_id: str
+    scenario_id: str
+    pack: str | None = None
+    owner: str | None = None
+    label: str | None = None
+    model: str | None = None
+    sampler: dict[str, Any] = Field(default_factory=dict)
+    verdict: Verdict
+    detail: str | None = None
+    runs: int = 0
+    runs_passed: int = 0
+    layer_pass_rates: dict[str, float] = Field(default_factory=dict)
+    run_ids: list[str] = Field(default_factory=list)
+    origin: str | None = None
+    git_sha: str | None = None
+    wt_version: str | None = None
+
+    @classmethod
+    def from_result(cls, sweep: SweepResult, result: ScenarioResult, ts: str) -> LedgerRow:
+        return cls(ts=ts, sweep_id=sweep.sweep_id, scenario_id=result.scenario_id, pack=result.pack,
+                   owner=result.owner, label=result.label or sweep.label, model=result.model, sampler=result.sampler,
+                   verdict=result.verdict, detail=result.detail, runs=result.runs, runs_passed=result.runs_passed,
+                   layer_pass_rates=result.layer_pass_rates, run_ids=result.run_ids, origin=result.origin,
+                   git_sha=sweep.git_sha, wt_version=sweep.wt_version)

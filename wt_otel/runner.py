@@ -49,10 +49,15 @@ from wt_otel.fsutil import atomic_write
 from wt_otel.inject import ContractViolation, ResetFailed, Runtime, new_session_id
 from wt_otel.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.mcp_server import MCP_PATH, UniverseMCPServer
+from wt_otel.results import RunScore
+from wt_otel.results import ScenarioResult as ScenarioRecord
+from wt_otel.results import SweepResult as SweepRecord
 from wt_otel.scenarios import LoadedScenario, load_scenario_dir
+from wt_otel.scoring import score_scenario
+from wt_otel.sweeps import append_ledger, now_iso, sweep_record
 from wt_otel.trace import TRACE_SUFFIX, Evidence, LlmCall, McpCall, SurfaceProbe, Timings, Trace, Turn
 from wt_otel.universe import RecordedUniverse
-from wt_otel.verdict import ScenarioVerdict, divergence_note, run_integrity, scenario_verdict
+from wt_otel.verdict import ScenarioVerdict, divergence_note, run_integrity
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
 ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
@@ -79,6 +84,8 @@ class RunOptions:
     breaker: int = BREAKER
     emit: Callable[[str], None] = print  # one line of news (URLs, where traces went)
     progress: Callable[[str], None] | None = None  # "scenario x (1/3), run 2/5", for a live status line
+    selection: dict[str, Any] = field(default_factory=dict)  # the selectors that chose the scenarios (recorded)
+    ledger: bool = True  # append one row per scenario to <runs_dir>/ledger.ndjsonl at the end of the sweep
 
 
 @dataclass
@@ -91,6 +98,8 @@ class ScenarioResult:
     traces: list[Trace] = field(default_factory=list)
     trace_paths: list[Path] = field(default_factory=list)
     verdict: ScenarioVerdict | None = None  # None: not run (the circuit breaker tripped first)
+    scores: list[RunScore] = field(default_factory=list)  # one per trace, also written as run-<n>.score.json
+    record: ScenarioRecord | None = None  # the scored verdict as a results record (pack/owner filled later)
 
     @property
     def status(self) -> str:
@@ -112,10 +121,12 @@ class SweepResult:
     directory: Path
     scenarios: list[ScenarioResult]
     stopped: str | None = None  # why the circuit breaker stopped the sweep
+    record: SweepRecord | None = None  # the results document (table, JUnit, JSON and ledger are made from it)
+    ledger_path: Path | None = None
 
     @property
     def passed(self) -> bool:
-        return self.stopped is None and all(s.status == "PASS" for s in self.scenarios)
+        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
 
     @property
     def exit_code(self) -> int:
@@ -342,6 +353,7 @@ class Sweep:
         self.options = options
         self.sweep_id = sweep_id or new_sweep_id()
         self.directory = options.runs_dir / self.sweep_id
+        self.started_at = now_iso()
         self._dirs: set[str] = set()
 
     def _progress(self, text: str) -> None:
@@ -369,7 +381,7 @@ class Sweep:
         folder = self._scenario_dir(loaded)
         if loaded.error:
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
-            result.verdict = scenario_verdict(result.traces)
+            self._judge(result, loaded)
             return result
         servers = ScenarioServers(loaded, self.options)
         try:
@@ -377,7 +389,7 @@ class Sweep:
         except ServeFailed as exc:
             reason = f"cannot serve the scenario's fixtures: {exc}"
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, reason))
-            result.verdict = scenario_verdict(result.traces)
+            self._judge(result, loaded)
             return result
         self.options.emit(f"{loaded.id}: universe at {servers.universe_url}"
                           + (f", LLM cassette at {servers.llm_url}" if servers.llm_url else ""))
@@ -394,11 +406,17 @@ class Sweep:
                         break
         finally:
             servers.stop()
-        result.verdict = scenario_verdict(result.traces)
-        if result.verdict.verdict == "ERROR" and len(result.traces) < runs:
-            skipped = runs - len(result.traces)
-            result.verdict = ScenarioVerdict("ERROR", f"{result.verdict.detail} ({skipped} later run(s) skipped)")
+        self._judge(result, loaded, skipped=runs - len(result.traces))
         return result
+
+    def _judge(self, result: ScenarioResult, loaded: LoadedScenario, skipped: int = 0) -> None:
+        """Score every run (writing `run-<n>.score.json` beside each trace) and set the scenario's verdict."""
+        record = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
+                                result.trace_paths)
+        if record.verdict == "ERROR" and skipped > 0:
+            record.detail = f"{record.detail} ({skipped} later run(s) skipped)"
+        result.record, result.scores = record, list(record.scores)
+        result.verdict = ScenarioVerdict(record.verdict, record.detail)
 
     def run(self, scenarios: list[LoadedScenario]) -> SweepResult:
         results: list[ScenarioResult] = []
@@ -414,8 +432,17 @@ class Sweep:
             if errors_in_a_row >= self.options.breaker and i < len(scenarios):
                 stopped = (f"circuit breaker: {errors_in_a_row} consecutive scenarios errored (the last: "
                            f"{result.detail}); {len(scenarios) - i} scenario(s) not run")
+        return self.finish(results, scenarios, stopped)
+
+    def finish(self, results: list[ScenarioResult], scenarios: list[LoadedScenario],
+               stopped: str | None = None) -> SweepResult:
+        """The output stage: `summary.json`, the results record, and the ledger rows (not-run ones included)."""
         sweep = SweepResult(self.sweep_id, self.directory, results, stopped)
         self.write_summary(sweep)
+        sweep.record = sweep_record(sweep, scenarios, started_at=self.started_at, label=self.options.label,
+                                    selection=self.options.selection)
+        if self.options.ledger:
+            sweep.ledger_path = append_ledger(self.options.runs_dir, sweep.record)
         return sweep
 
     def write_summary(self, sweep: SweepResult) -> None:
