@@ -231,3 +231,16 @@ def test_a_dump_with_several_sessions_needs_a_trace_id(tmp_path: Path):
     assert run.passed
     with pytest.raises(CheckInputError, match="no recorded session holds trace id nope"):
         run_check(suite, tmp_path / "two.jsonl", trace_id="nope")
+
+
+def test_scenario_selection_picks_suite_tests_and_an_empty_selection_is_usage(tmp_path: Path):
+    suite = write_suite(tmp_path / "sel.t2t.yaml", [
+        {"id": "lookup-ok", "assertions": [TWO_LOOKUPS]},
+        {"id": "verify-first", "assertions": [
+            {"type": "tool-sequence", "mode": "exact", "tools": ["verify_identity", "client_lookup"]}]},
+    ])
+    res = cli(str(SPAN_ATTRS), "--suite", str(suite), "--scenario", "lookup-*")
+    assert res.exit_code == 0, res.output
+    assert "verify-first" not in res.output and res.output.startswith("PASS lookup-ok")
+    res = cli(str(SPAN_ATTRS), "--suite", str(suite), "--scenario", "nothing-*")
+    assert res.exit_code == 2 and "no scenario selected by --scenario" in res.output

@@ -648,9 +648,10 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format junit|json goes; results.xml or results.json alone picks the format.")
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
+@selection_options
 @click.pass_context
 def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, out: Path | None,
-           trace_id: str | None) -> None:
+           trace_id: str | None, **selectors: tuple[str, ...]) -> None:
     """Check a recorded trace against a trace2test suite, offline: no agent, no network, no model.
 
     DUMP is an OTLP dump (JSON lines or protobuf, any supported GenAI
@@ -680,16 +681,26 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
     if fmt != "text" and out is None:
         click.echo(f"error: --format {fmt} needs --out FILE", err=True)
         ctx.exit(2)
+    from wt_otel.selection import Candidate, EmptySelection, from_options, select
+
+    selection, notes = from_options(**selectors), []
+
+    def chosen(tests):  # --scenario / --tag select suite tests by id (tests carry no tags, pack or owner)
+        picked = select(tests, selection, key=lambda t: Candidate(id=t.id))
+        notes.extend(picked.warnings)
+        return picked.items
+
     try:
-        run = run_check(suite_path, dump, trace_id)
-    except (SuiteError, CheckInputError) as exc:
+        run = run_check(suite_path, dump, trace_id, select=chosen)
+    except (SuiteError, CheckInputError, EmptySelection) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
+    for note in notes:
+        click.echo(f"warning: {note}", err=True)
     for warning in run.warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(run.text(), nl=False)
     if out is not None:
-        # TODO(selection): --scenario/--tag filters over suite tests plug into run_check(select=...)
         load_component("exporters", fmt)(run.sweep(), out)
         click.echo(f"{fmt} results in {out}", err=True)
     ctx.exit(0 if run.passed else 1)
