@@ -4,7 +4,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-ui lint fixtures bench clean
+.PHONY: install demo test test-ui ui-env lint fixtures bench clean
+
+# The tracing UI of `make test-ui` lives in its own venv: Phoenix is heavy and pins many packages.
+UI_VENV         ?= .venv-ui
+PHOENIX_VERSION ?= 20.26.1
+UI_STAMP        := $(UI_VENV)/.installed-phoenix-$(PHOENIX_VERSION)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,9 +29,19 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
-## test-ui: integration tests against a real tracing UI
-test-ui: $(STAMP)
-	$(BIN)/pytest -q -m ui
+## ui-env: Arize Phoenix in $(UI_VENV) (once; the stamp names the version); Chromium comes from apt (.ci/run)
+$(UI_STAMP):
+	$(PYTHON) -m venv $(UI_VENV)
+	$(UI_VENV)/bin/pip install -q --upgrade pip > $(UI_VENV)/pip.log 2>&1 || (cat $(UI_VENV)/pip.log; exit 1)
+	$(UI_VENV)/bin/pip install -q 'arize-phoenix==$(PHOENIX_VERSION)' >> $(UI_VENV)/pip.log 2>&1 \
+		|| (cat $(UI_VENV)/pip.log; exit 1)
+	touch $(UI_STAMP)
+
+ui-env: $(UI_STAMP)
+
+## test-ui: integration tests against a real tracing UI (Phoenix from $(UI_VENV), headless Chromium)
+test-ui: $(STAMP) $(UI_STAMP)
+	WT_OTEL_UI_VENV=$(abspath $(UI_VENV)) $(BIN)/pytest -q -m ui
 
 ## fixtures: regenerate producer fixtures with the real instrumentation libraries (needs PyPI)
 fixtures:
