@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## demo: import the bundled sample dumps into out/scenarios and validate what was written
+## demo: the whole loop, local and self-contained (examples/demo): serve + the reference agent, live
+## instrumented traffic with one flagged incident, import, replay with the recorded LLM, verdict, result spans
 demo: $(STAMP)
-	$(BIN)/wt-otel import examples/dumps/* --out out/scenarios --force
-	$(BIN)/wt-otel validate out/scenarios
+	$(BIN)/python -m examples.demo --out out/demo
 
 ## test: the default suite (fast; heavy UI integrations are behind the `ui` marker)
 test: $(STAMP)
@@ -47,9 +47,10 @@ test-ui: $(STAMP) $(UI_STAMP)
 fixtures:
 	bash tests/fixtures/producers/regenerate.sh
 
-## bench: throughput benchmarks that print ratios against the bare baseline
+## bench: throughput benchmarks that print ratios against the bare baseline; the incident-to-verdict latency
 bench: $(STAMP)
 	$(BIN)/python bench/import_throughput.py
+	$(BIN)/python bench/loop_latency.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

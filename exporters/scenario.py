@@ -16,11 +16,13 @@ import yaml
 
 from wt_otel import __version__
 from wt_otel.exporters.envelope import source_ref
+from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.session import Session
 
 FIXTURES = {"envelope": "incident.wtin.json", "universe": "fixture.universe.json", "cassette": "llm.cassette.json"}
 MAX_FACTS = 12
 MAX_ANSWER = 4000
+AUTO_REPLAY_TAG = "auto-replay"
 
 
 def observed_tools(session: Session) -> list[str]:
@@ -34,11 +36,16 @@ def _yaml(data: dict[str, Any]) -> str:
     return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
 
 
-def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True) -> str:
-    """The scenario as commented YAML: data by the YAML emitter, comments only from escaped names."""
+def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True, auto_replay: bool = False) -> str:
+    """The scenario as commented YAML: data by the YAML emitter, comments only from escaped names.
+
+    `auto_replay`: written by `wt-otel serve` for an automatic replay; tagged `auto-replay` (and always
+    `unreviewed`) so a selection can keep such scenarios out of an authored suite (`--tag`).
+    """
     ref = source_ref(session)
     tools = observed_tools(session)
-    tags = [f"origin:{ref}", "imported"] + (["unreviewed"] if unreviewed_tag else [])
+    tags = [f"origin:{ref}", "imported"] + (["unreviewed"] if unreviewed_tag or auto_replay else [])
+    tags += [AUTO_REPLAY_TAG] if auto_replay else []
     head = {
         "wt_scenario": 1,
         "id": scenario_id,
@@ -49,7 +56,8 @@ def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = Tru
     }
     tail = {"assertions": [], "fixtures": dict(FIXTURES), "scorer": "scorer.py", "runs": 1}
     lines = [
-        "# Scenario skeleton written by wt-otel import. Review it before committing:",
+        "# Scenario skeleton written by wt-otel serve for an automatic replay (not reviewed by anyone):"
+        if auto_replay else "# Scenario skeleton written by wt-otel import. Review it before committing:",
         "# the trace shows what the agent did, not what it should have done.",
         _yaml(head),
     ]
@@ -69,10 +77,25 @@ def suggested_facts(answer: str) -> list[str]:
     return list(dict.fromkeys(tokens + sentences))[:MAX_FACTS]
 
 
-def scorer_py(session: Session) -> str:
+def _preamble(session: Session) -> str:
+    """The recorded answer and facts taken from it, as Python literals (`repr`: data, never code)."""
     answer = session.final_answer[:MAX_ANSWER]
-    facts = suggested_facts(answer)
-    facts_src = "".join(f"    {f!r},\n" for f in facts)
+    facts_src = "".join(f"    {f!r},\n" for f in suggested_facts(answer))
+    return f"""# The final answer recorded in the incident, and facts taken from it, offered
+# as a starting point. They are data only; pick the ones that must hold.
+RECORDED_ANSWER = {answer!r}
+SUGGESTED_FACTS = [
+{facts_src}]
+"""
+
+
+def scorer_py(session: Session, outcome_scorers: list[str] | None = None) -> str:
+    """The outcome scorer: a stub that fails until reviewed, or (`outcome_scorers`) an automatic replay's
+    default check built from whitelisted `wt_otel.scorers` factory names (anything else raises ValueError:
+    the names become code, so they are checked here too, not only in the config)."""
+    if outcome_scorers is not None:
+        return _default_scorer_py(session, outcome_scorers)
+    data = _preamble(session)
     return f'''"""Outcome scorer stub written by wt-otel import.
 
 It fails on purpose until a human decides what a correct outcome is: the
@@ -81,12 +104,7 @@ trace shows what the agent did, not what it should have done.
 
 from __future__ import annotations
 
-# The final answer recorded in the incident, and facts taken from it, offered
-# as a starting point. They are data only; pick the ones that must hold.
-RECORDED_ANSWER = {answer!r}
-SUGGESTED_FACTS = [
-{facts_src}]
-
+{data}
 
 def outcome(trace) -> tuple[bool, str]:
     """Return (passed, detail) for one replayed run (a wt_otel.results.LayerResult works too)."""
@@ -95,6 +113,31 @@ def outcome(trace) -> tuple[bool, str]:
     #     from wt_otel.scorers import all_of, substantiated_by_tools, target_facts
     #     outcome = all_of(target_facts([...]), substantiated_by_tools())
     return False, "scorer.py is an unreviewed stub: write the outcome check (see SUGGESTED_FACTS)"
+'''
+
+
+def _default_scorer_py(session: Session, names: list[str]) -> str:
+    unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
+    if unknown or not names:
+        raise ValueError(f"outcome scorers must be some of {sorted(AUTO_REPLAY_SCORERS)}, got {names!r}")
+    names = list(dict.fromkeys(names))
+    data = _preamble(session)
+    calls = ", ".join(f"{n}()" for n in names)
+    return f'''"""Outcome scorer written by wt-otel serve for an automatic replay. NOT REVIEWED.
+
+The check below is the serve config's default (replay.outcome_scorers), not a
+judgment about this incident: it catches a replay that left the recording or
+claims what no tool returned. Replace it with the real outcome check before
+this scenario joins a suite (see IMPORTED.md).
+"""
+
+from __future__ import annotations
+
+from wt_otel.scorers import {", ".join(sorted({"all_of", *names}))}
+
+{data}
+# Default outcome check (unreviewed): {" + ".join(names)}.
+outcome = all_of({calls})
 '''
 
 
@@ -112,7 +155,8 @@ def _block(text: str) -> str:
     return f"{fence}text\n{text}\n{fence}"
 
 
-def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stubbed: list[str]) -> str:
+def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stubbed: list[str],
+                outcome_scorers: list[str] | None = None) -> str:
     tools = observed_tools(session)
     correlations: dict[str, int] = {}
     for c in session.witnessed_calls:
@@ -128,6 +172,16 @@ def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stub
         f"Written by wt-otel {__version__}. Everything mechanical is filled in; "
         "everything judgmental is a TODO below.",
         "",
+    ]
+    if outcome_scorers is not None:
+        out += [
+            "> **Not reviewed.** `wt-otel serve` imported this flagged incident automatically and queued it",
+            "> for replay (tags `unreviewed`, `auto-replay`). Its `scorer.py` holds the config's default outcome",
+            f"> check ({', '.join(_code(n) for n in outcome_scorers)}), not a judgment of this incident: review",
+            "> it, and the rest of the list below, before this scenario joins a suite.",
+            "",
+        ]
+    out += [
         "## Source",
         "",
         _block(json.dumps(source, indent=2, ensure_ascii=False)),
@@ -150,7 +204,8 @@ def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stub
         "",
         "## Needs human judgment",
         "",
-        "- [ ] `scorer.py`: write the outcome check (it fails until you do).",
+        "- [ ] `scorer.py`: replace the default outcome check with this incident's real one."
+        if outcome_scorers is not None else "- [ ] `scorer.py`: write the outcome check (it fails until you do).",
         "- [ ] `scenario.yaml`: add assertions; uncomment `must_call` only if the route matters.",
         "- [ ] Redaction: fixtures hold verbatim tool results; scrub PII and secrets before committing.",
     ]

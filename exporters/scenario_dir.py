@@ -30,8 +30,13 @@ def _json(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
 
 
-def render(session: Session, scenario_id: str, unreviewed: bool = True) -> dict[str, str | bytes]:
+def render(session: Session, scenario_id: str, unreviewed: bool = True,
+           outcome_scorers: list[str] | None = None) -> dict[str, str | bytes]:
     """All files of one scenario directory, as {file name: content}.
+
+    `outcome_scorers` marks an automatic replay (`wt-otel serve` with `replay.enabled`): scorer.py gets
+    that default outcome check instead of the failing stub, and scenario.yaml / IMPORTED.md say it is
+    unreviewed and automatic.
 
     Not re-validated here (it would double the cost of an import); the test
     suite validates what every writer produces for every producer fixture.
@@ -41,9 +46,9 @@ def render(session: Session, scenario_id: str, unreviewed: bool = True) -> dict[
         FIXTURES["envelope"]: _json(env),
         FIXTURES["universe"]: _json(uni),
         FIXTURES["cassette"]: _json(cas),
-        "scenario.yaml": scenario_yaml(session, scenario_id, unreviewed),
-        "scorer.py": scorer_py(session),
-        "IMPORTED.md": imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"]),
+        "scenario.yaml": scenario_yaml(session, scenario_id, unreviewed, auto_replay=outcome_scorers is not None),
+        "scorer.py": scorer_py(session, outcome_scorers),
+        "IMPORTED.md": imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"], outcome_scorers),
     }
 
 
@@ -54,7 +59,8 @@ class ScenarioDirWriter:
         self.out = Path(out)
         self.force = force
 
-    def write(self, session: Session, slug: str, unreviewed: bool = True) -> Path:
+    def write(self, session: Session, slug: str, unreviewed: bool = True,
+              outcome_scorers: list[str] | None = None) -> Path:
         dest = self.out / slug
-        write_directory(dest, render(session, slug, unreviewed), force=self.force)
+        write_directory(dest, render(session, slug, unreviewed, outcome_scorers), force=self.force)
         return dest

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from wt_otel.receivers.config import ReceiversConfig
+from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.sessions import FLAG_KEYS
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "ReceiversConfig",
     "RedactorConfig",
     "RedactionPattern",
+    "ReplayConfig",
+    "ReplayResultsConfig",
     "ServeConfig",
     "load_serve_config",
 ]
@@ -142,6 +145,52 @@ class QueueConfig(_Strict):
     max_queued_records: int = Field(100_000, gt=0)
 
 
+class ReplayResultsConfig(_Strict):
+    """Where replay results go as OTel spans (the `result-spans` exporter); no endpoint: not exported."""
+
+    otlp_endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317")
+    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
+    otlp_headers: dict[str, str] = Field(default_factory=dict, description="sent with every export")
+
+
+class ReplayConfig(_Strict):
+    """Automatic replay of flagged incidents (off by default: it drives an agent endpoint).
+
+    A session written complete and flagged is imported into `<data-dir>/scenarios/<slug>/`
+    (unreviewed, with `outcome_scorers` as its default outcome check) and queued; one worker
+    replays the queue one scenario at a time against `inject_url`. The agent there must be
+    configured out-of-band with the universe (`universe_port`) and cassette (`llm_port`) URLs,
+    which is why those ports are fixed by default, as in `wt-otel run`.
+    """
+
+    enabled: bool = False
+    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
+    inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
+    runs: int = Field(1, gt=0, description="runs per incident")
+    llm: Literal["replay", "live"] = "replay"
+    llm_match: Literal["exact", "sequence"] = "exact"
+    universe_port: int = Field(8648, ge=0, le=65535)
+    llm_port: int = Field(8649, ge=0, le=65535)
+    runs_dir: Path | None = Field(None, description="traces, scores and the ledger [<data-dir>/runs]")
+    results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
+    queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
+    outcome_scorers: list[str] = Field(default_factory=lambda: ["no_divergence", "substantiated_by_tools"],
+                                       description="written into each imported scorer.py as all_of(...)")
+    stop_timeout: float = Field(10.0, ge=0, description="seconds SIGTERM waits for the replay in flight")
+
+    @field_validator("outcome_scorers")
+    @classmethod
+    def _known_scorers(cls, names: list[str]) -> list[str]:
+        """Names become code in scorer.py: only the whitelisted factory names are accepted, never pasted text."""
+        unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
+        if unknown:
+            raise ValueError(f"unknown outcome scorer(s) {unknown}: choose from {sorted(AUTO_REPLAY_SCORERS)} "
+                             "(wt_otel.scorers factories that take no arguments)")
+        if not names:
+            raise ValueError("name at least one outcome scorer (e.g. no_divergence), or the replay judges nothing")
+        return list(dict.fromkeys(names))
+
+
 class ServeConfig(_Strict):
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
     data_dir: Path = Path("wt-data")
@@ -150,6 +199,12 @@ class ServeConfig(_Strict):
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
     redactor: RedactorConfig = Field(default_factory=RedactorConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where automatic replays write traces, scores and the ledger."""
+        return self.replay.runs_dir or self.data_dir / "runs"
 
 
 class ConfigError(ValueError):

@@ -23,6 +23,12 @@ HELP = {
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
+    "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",
+    "wt_otel_replays_queued_total": "Flagged incidents imported and queued for automatic replay.",
+    "wt_otel_replays_total": "Automatic replays done, by verdict.",
+    "wt_otel_replay_errors_total": "Automatic replays that ended in ERROR (never retried).",
+    "wt_otel_replay_refused_total": "Flagged incidents not queued for replay (queue full, import failed).",
+    "wt_otel_replay_duplicates_total": "Revisions of an already queued or replayed incident (not queued again).",
 }
 
 

@@ -434,6 +434,13 @@ class Sweep:
                            f"{result.detail}); {len(scenarios) - i} scenario(s) not run")
         return self.finish(results, scenarios, stopped)
 
+    def record_error(self, loaded: LoadedScenario, reason: str) -> SweepResult:
+        """This sweep as one scenario that could not run, for `reason` (see `error_sweep`)."""
+        result = ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs)
+        self._write(result, self._scenario_dir(loaded), error_trace(loaded, self.options, self.sweep_id, reason))
+        self._judge(result, loaded)
+        return self.finish([result], [loaded])
+
     def finish(self, results: list[ScenarioResult], scenarios: list[LoadedScenario],
                stopped: str | None = None) -> SweepResult:
         """The output stage: `summary.json`, the results record, and the ledger rows (not-run ones included)."""
@@ -464,5 +471,24 @@ def load_all(dirs: list[Path], llm: LlmMode) -> list[LoadedScenario]:
     return [load_scenario_dir(d, need_cassette=llm == "replay") for d in dirs]
 
 
+def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepResult:
+    """`wt-otel run` without the command line: load, replay, score, write summary and ledger rows.
+
+    For callers that pick their scenarios themselves (`wt-otel serve`'s automatic replay): no selection,
+    every directory is run, a broken one is an ERROR row like any other.
+    """
+    return Sweep(options).run(load_all(scenario_dirs, options.llm))
+
+
+def error_sweep(scenario_dir: Path, options: RunOptions, reason: str) -> SweepResult:
+    """A sweep of one scenario that did not run, for `reason`: an ERROR trace, its score and a ledger row.
+
+    So that a replay that never finished (serve stopped or killed mid-run) still leaves the same record
+    as one that failed, instead of vanishing from the ledger.
+    """
+    return Sweep(options).record_error(load_scenario_dir(scenario_dir, need_cassette=False), reason)
+
+
 __all__ = ["BREAKER", "ENV_LLM_BASE_URL", "ENV_UNIVERSE_URL", "RunOptions", "ScenarioResult", "ScenarioServers",
-           "Sweep", "SweepResult", "WitnessingUniverseServer", "error_trace", "load_all", "new_sweep_id"]
+           "Sweep", "SweepResult", "WitnessingUniverseServer", "error_sweep", "error_trace", "load_all",
+           "new_sweep_id", "run_sweep"]

@@ -36,12 +36,17 @@ from wt_otel.trace import Trace
 Scorer = Callable[[Trace], LayerResult]
 GenerateFn = Callable[[str], str]
 
-__all__ = ["NEGATION_WINDOW", "OBSERVATION_SOURCES", "UNIT_WINDOW", "GenerateFn", "Scorer", "all_of", "any_of",
-           "as_layer_result", "find_numbers", "forbidden_facts", "is_asserted", "judge_prompt", "llm_judge",
-           "no_divergence", "observation", "parse_judgement", "run_scorer", "substantiated_by_tools",
+__all__ = ["AUTO_REPLAY_SCORERS", "NEGATION_WINDOW", "OBSERVATION_SOURCES", "UNIT_WINDOW", "GenerateFn", "Scorer",
+           "all_of", "any_of", "as_layer_result", "find_numbers", "forbidden_facts", "is_asserted", "judge_prompt",
+           "llm_judge", "no_divergence", "observation", "parse_judgement", "run_scorer", "substantiated_by_tools",
            "substantiation", "target_facts", "target_numbers", "walk_path"]
 
 MAX_SHOWN = 200  # characters of a value quoted in a detail
+
+# Factories that need no argument, so a config may name them as a default outcome check and the importer
+# can write `all_of(no_divergence(), ...)` into a generated scorer.py. A whitelist, because the names
+# become code: anything else in a config is rejected, never pasted.
+AUTO_REPLAY_SCORERS = frozenset({"no_divergence", "substantiated_by_tools"})
 
 
 def _short(value: Any, limit: int = MAX_SHOWN) -> str:
