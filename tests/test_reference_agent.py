@@ -256,6 +256,10 @@ def test_config_from_env():
     assert config.instructions == "Be brief." and config.model == "gpt-4o-mini"
     grpc = AgentConfig.from_env({"WT_AGENT_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     assert grpc.mcp_url == "http://127.0.0.1:8648/mcp" and grpc.otlp_endpoint == "http://c:4317"
+    assert config.otlp_extra_endpoints == () and grpc.otlp_extra_endpoints == ()
+    both = AgentConfig.from_env({"WT_AGENT_OTLP_ENDPOINT": "http://c:4318",
+                                 "WT_AGENT_OTLP_EXTRA_ENDPOINTS": " http://ui:6006/, ,http://d:4318"})
+    assert both.otlp_extra_endpoints == ("http://ui:6006/v1/traces", "http://d:4318/v1/traces")
 
 
 # --------------------------------------------------------------------------- telemetry: the "record" half

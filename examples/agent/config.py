@@ -36,6 +36,7 @@ class AgentConfig:
     agent_name: str = DEFAULT_AGENT_NAME
     # telemetry: either destination turns it on (see telemetry.py)
     otlp_endpoint: str | None = None  # the traces URL itself (".../v1/traces" for http/protobuf)
+    otlp_extra_endpoints: tuple[str, ...] = ()  # more traces URLs, same protocol: e.g. a collector and a UI
     otlp_protocol: str = "http/protobuf"  # or "grpc"
     otlp_file: str | None = None  # OTLP/JSON lines, as the Collector `file` exporter writes them
     service_name: str = DEFAULT_AGENT_NAME
@@ -55,6 +56,9 @@ class AgentConfig:
             instructions=_instructions(env),
             agent_name=env.get("WT_AGENT_NAME") or DEFAULT_AGENT_NAME,
             otlp_endpoint=_traces_endpoint(env, protocol),
+            otlp_extra_endpoints=tuple(_traces_url(base.strip(), protocol)
+                                       for base in env.get("WT_AGENT_OTLP_EXTRA_ENDPOINTS", "").split(",")
+                                       if base.strip()),
             otlp_protocol=protocol,
             otlp_file=env.get("WT_AGENT_OTLP_FILE") or None,
             service_name=env.get("OTEL_SERVICE_NAME") or env.get("WT_AGENT_NAME") or DEFAULT_AGENT_NAME,
@@ -82,4 +86,8 @@ def _traces_endpoint(env: dict[str, str], protocol: str) -> str | None:
     base = base or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if not base:
         return None
+    return _traces_url(base, protocol)
+
+
+def _traces_url(base: str, protocol: str) -> str:
     return base if protocol == "grpc" else base.rstrip("/") + "/v1/traces"

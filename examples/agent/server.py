@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", lifespan="on"))
     tools = config.mcp_url or "no tools"
     model = f"{config.model} at {config.openai_base_url or 'the OpenAI default'}"
-    sinks = [s for s in (config.otlp_endpoint, config.otlp_file) if s]
+    sinks = [s for s in (config.otlp_endpoint, *config.otlp_extra_endpoints, config.otlp_file) if s]
     print(f"reference agent: tools {tools}; model {model}; telemetry {', '.join(sinks) or 'off'}", flush=True)
 
     async def serve() -> None:  # announce only once uvicorn accepts, so a parent can wait for this line

@@ -122,7 +122,7 @@ def configure(config: AgentConfig) -> Telemetry:
     from agents.tracing import set_trace_processors
 
     set_trace_processors([])  # first: the instrumentor restores exactly this on uninstrument
-    if not (config.otlp_endpoint or config.otlp_file):
+    if not (config.otlp_endpoint or config.otlp_extra_endpoints or config.otlp_file):
         return Telemetry()
     for key, value in SEMCONV_ENV.items():
         os.environ.setdefault(key, value)
@@ -142,19 +142,19 @@ def configure(config: AgentConfig) -> Telemetry:
     provider.add_span_processor(IncidentTagger())
     if config.otlp_file:  # synchronous: a turn's spans are on disk when its reply leaves
         provider.add_span_processor(SimpleSpanProcessor(OtlpJsonLinesExporter(config.otlp_file)))
-    if config.otlp_endpoint:
-        provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(config)))
+    for endpoint in filter(None, (config.otlp_endpoint, *config.otlp_extra_endpoints)):
+        provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(endpoint, config.otlp_protocol)))
     openai_instrumentor, agents_instrumentor = OpenAIInstrumentor(), OpenAIAgentsInstrumentor()
     openai_instrumentor.instrument(tracer_provider=provider)
     agents_instrumentor.instrument(tracer_provider=provider, disable_openai_trace_export=True)
     return Telemetry(provider, [openai_instrumentor, agents_instrumentor])
 
 
-def _otlp_exporter(config: AgentConfig) -> SpanExporter:
-    if config.otlp_protocol == "grpc":
+def _otlp_exporter(endpoint: str, protocol: str) -> SpanExporter:
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-        return GrpcExporter(endpoint=config.otlp_endpoint, insecure=not config.otlp_endpoint.startswith("https://"))
+        return GrpcExporter(endpoint=endpoint, insecure=not endpoint.startswith("https://"))
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-    return HttpExporter(endpoint=config.otlp_endpoint)
+    return HttpExporter(endpoint=endpoint)

@@ -68,10 +68,11 @@ def inject(base_url: str, session_id: str, text: str, incident: str | None = Non
 
 
 class ProductionAgent:
-    """`python -m examples.agent` live, its telemetry to `otlp_endpoint` (base URL) and/or `otlp_file`."""
+    """`python -m examples.agent` live, its telemetry to `otlp_endpoint` (base URL) and/or `otlp_file`, and
+    to each of `extra_otlp_endpoints` (base URLs, e.g. a tracing UI beside the collector)."""
 
     def __init__(self, llm_url: str, tools_url: str, otlp_endpoint: str | None = None, otlp_file: Path | None = None,
-                 service_name: str = "crm-agent") -> None:
+                 service_name: str = "crm-agent", extra_otlp_endpoints: Sequence[str] = ()) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "WT_AGENT_MCP_URL": tools_url,
                "WT_AGENT_OPENAI_BASE_URL": llm_url, "OTEL_SERVICE_NAME": service_name,
                "OTEL_BSP_SCHEDULE_DELAY": "100"}  # the SDK's batch delay is 5 s: export each turn promptly
@@ -79,6 +80,8 @@ class ProductionAgent:
             env["WT_AGENT_OTLP_ENDPOINT"] = otlp_endpoint
         if otlp_file:
             env["WT_AGENT_OTLP_FILE"] = str(otlp_file)
+        if extra_otlp_endpoints:
+            env["WT_AGENT_OTLP_EXTRA_ENDPOINTS"] = ",".join(extra_otlp_endpoints)
         self.proc = subprocess.Popen([sys.executable, "-m", "examples.agent", "--port", "0"], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = [self.proc.stdout.readline() for _ in range(2)]

@@ -45,6 +45,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PHOENIX_VERSION = "20.26.1"  # keep in step with PHOENIX_VERSION in the Makefile
+# What the UI tests leave for CI to keep (screenshots, page text, logs); gitignored.
+ARTIFACTS = Path(os.environ.get("WT_OTEL_UI_ARTIFACTS") or REPO / "runs" / "ui-artifacts")
+# The screenshot in docs/viewing-results.md: made by tests/ui/test_full_loop.py from a real replay, refreshed
+# only with WT_OTEL_UPDATE_DOCS_SCREENSHOT=1 (or when missing), so a plain `make test-ui` leaves the tree clean.
+DOCS_SCREENSHOT = REPO / "docs" / "img" / "phoenix-replay.png"
 START_TIMEOUT_S = 60.0
 
 # Phoenix makes no outbound call with these (no telemetry pixels, web fonts, WASM sandbox download,
@@ -67,7 +72,10 @@ _SCRUBBED_PREFIXES = ("PHOENIX_", "OTEL_")
 # Chromium as the machine notes start it (no background traffic to a closed network, a fresh profile per run).
 # Those flags alone still leave DNS lookups of update/accounts/optimizationguide/autofill hosts (seen with
 # strace); the resolver rule answers every name but loopback with NOTFOUND locally, so nothing leaves the host.
+# Reduced motion: without it the trace page's slide-over was often captured mid-animation (translucent, shifted;
+# 2 of 4 renders of one page differed), with it 4 of 4 were identical and complete.
 CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--force-prefers-reduced-motion",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--disable-domain-reliability",
                   "--disable-client-side-phishing-detection", "--no-pings", "--disable-breakpad",
@@ -200,9 +208,11 @@ class Phoenix:
                 return span.get("links")
         raise AssertionError(f"span {span_id} of trace {trace_id} not in Phoenix")
 
-    def trace_url(self, trace_id: str, project: str = "default") -> str:
-        """The trace page: span tree + selected span details (what the docs screenshot shows)."""
-        return f"{self.base_url}/projects/{self.project_id(project)}/traces/{trace_id}"
+    def trace_url(self, trace_id: str, project: str = "default", *, selected_span: str | None = None) -> str:
+        """The trace page: span tree + selected span details (what the docs screenshot shows). The root span
+        is selected unless `selected_span` names another by its Phoenix node id (a span's `id` in `spans()`)."""
+        url = f"{self.base_url}/projects/{self.project_id(project)}/traces/{trace_id}"
+        return url + (f"?{urllib.parse.urlencode({'selectedSpanNodeId': selected_span})}" if selected_span else "")
 
     def trace_redirect_url(self, trace_id: str) -> str:
         """A link that needs no project id: the SPA resolves it to `trace_url` (e.g. for an incident's trace)."""

@@ -8,9 +8,7 @@ error here, not a skip: `make test-ui` must fail loudly when the UI cannot be ch
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
@@ -20,12 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from .phoenix import REPO, Phoenix, render_page, running_phoenix
+from .phoenix import ARTIFACTS, Phoenix, render_page, running_phoenix
 
 pytestmark = pytest.mark.ui
-
-ARTIFACTS = Path(os.environ.get("WT_OTEL_UI_ARTIFACTS") or REPO / "runs" / "ui-artifacts")
-DOCS_SCREENSHOT = REPO / "docs" / "img" / "phoenix-replay.png"
 
 AGENT = "weather-agent"
 ROOT_NAME = f"invoke_agent {AGENT}"
@@ -182,8 +177,4 @@ def test_trace_page_shows_the_replay(phoenix: Phoenix):
     # the incident is one link away: the redirect needs only its trace id and lands on its trace page
     incident_page = render_page(phoenix.trace_redirect_url(sent["wt.incident.trace_id"]))
     assert f"Trace {sent['wt.incident.trace_id']}" in incident_page.text, incident_page.text
-
-    # the docs picture: refreshed on request only, so a local `make test-ui` leaves the work tree clean
-    if os.environ.get("WT_OTEL_UPDATE_DOCS_SCREENSHOT") == "1" or not DOCS_SCREENSHOT.exists():
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(screenshot, DOCS_SCREENSHOT)
+    # (the docs screenshot comes from a real replay: test_full_loop.py)
