@@ -87,7 +87,8 @@ class AutoReplay:
         self.exporter: Any = None
         if results.otlp_endpoint:
             self.exporter = load_component("exporters", "result-spans")(
-                results.otlp_endpoint, results.otlp_protocol, results.otlp_headers, warn=self.warn)
+                results.otlp_endpoint, results.otlp_protocol, results.otlp_headers, agent_name=results.agent_name,
+                warn=self.warn)
         self.writer = load_component("exporters", "scenario-dir")(self.data_dir / SCENARIOS)
         self.queue = ReplayQueue(self.data_dir, config.queue_max)
         self._lock = threading.Lock()  # the in-flight job, between the worker and stop()

@@ -441,7 +441,7 @@ def test_run_exports_the_real_sweep_linked_to_its_incident(protocol: str, tmp_pa
     (directory / "incident.wtin.json").write_text(json.dumps(envelope(INCIDENT_TRACE, INCIDENT_SPAN)))
     res = cli("run", "sc", "--runtime", "python:test_run:AGENT", "--universe-port", "0", "--label", "ci-7",
               "--otlp-endpoint", receiver.endpoints[protocol], "--otlp-protocol", protocol,
-              "--otlp-header", f"authorization=Bearer {TOKEN}")
+              "--otlp-header", f"authorization=Bearer {TOKEN}", "--agent-name", "orders-bot")
     assert res.exit_code == 0, res.output
     assert "warning" not in res.stderr
     assert f"7 result span(s) sent to {OtlpTarget(receiver.endpoints[protocol], protocol).url}" in res.output
@@ -454,6 +454,7 @@ def test_run_exports_the_real_sweep_linked_to_its_incident(protocol: str, tmp_pa
     assert run.parent_span_id == scenario.span_id and run.attributes["wt.layer.outcome.passed"] is True
     turns = sorted((s for s in spans if s.parent_span_id == run.span_id), key=lambda s: s.start_ns)
     assert [s.attributes["gen_ai.operation.name"] for s in turns] == ["invoke_agent", "invoke_agent"]
+    assert {(s.name, s.attributes["gen_ai.agent.name"]) for s in turns} == {("invoke_agent orders-bot", "orders-bot")}
     assert {s.attributes["gen_ai.conversation.id"] for s in turns} == {run.attributes["gen_ai.conversation.id"]}
     tools = named["execute_tool lookup_order"]
     assert sorted(t.parent_span_id for t in tools) == sorted(s.span_id for s in turns)  # one call in each turn

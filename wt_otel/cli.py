@@ -468,12 +468,14 @@ def conformance(ctx: click.Context, url: str | None, timeout_s: float | None) ->
               help="OTLP protocol for --otlp-endpoint [default: http/protobuf].")
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
               help="A header sent with every export, e.g. authorization='Bearer T' (repeatable).")
+@click.option("--agent-name", metavar="NAME",
+              help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
          runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
-         otlp_headers: tuple[str, ...]) -> None:
+         otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
     """Replay scenarios against an agent, hermetically, and record a trace per run.
 
     PATH is a scenario directory (holding scenario.yaml) or a folder searched
@@ -522,7 +524,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         if (otlp_protocol or otlp_headers) and not otlp_endpoint:
             raise ValueError("--otlp-protocol and --otlp-header need --otlp-endpoint URL")
         spans = load_component("exporters", "result-spans")(
-            otlp_endpoint, otlp_protocol or "http/protobuf", otlp_headers,
+            otlp_endpoint, otlp_protocol or "http/protobuf", otlp_headers, agent_name=agent_name,
             warn=lambda text: click.echo(f"warning: {text}", err=True)) if otlp_endpoint else None
         runtime = resolve_runtime(runtime_spec, url=inject_url)
     except (NoScenarios, RuntimeSpecError, ValueError) as exc:

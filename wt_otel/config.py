@@ -151,6 +151,7 @@ class ReplayResultsConfig(_Strict):
     otlp_endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317")
     otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
     otlp_headers: dict[str, str] = Field(default_factory=dict, description="sent with every export")
+    agent_name: str | None = Field(None, description="gen_ai.agent.name on invoke_agent spans [the inject URL]")
 
 
 class ReplayConfig(_Strict):
