@@ -15,6 +15,7 @@ import hashlib
 import re
 from typing import Any
 
+from wt_otel.contracts.cassette import add_run
 from wt_otel.messages import canonical_json
 from wt_otel.session import LLMCall, Session
 
@@ -120,5 +121,4 @@ def cassette(session: Session, scenario_id: str) -> dict[str, Any]:
         entry.update({k: v for k, v in calls[0].items() if k in (
             "request_context", "network_metrics", "response_timeline", "exception_boundary", "usage")})
     entry["calls"] = calls
-    return {"wt_cassette": 1, "scenario": scenario_id, "latest_trace_id": key, "history_keys": [key],
-            "traces": {key: entry}}
+    return add_run({"wt_cassette": 1, "scenario": scenario_id}, entry)

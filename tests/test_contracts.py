@@ -603,3 +603,18 @@ def test_cli_schema_and_validate(tmp_path: Path) -> None:
     result = runner.invoke(main, ["validate", str(tmp_path / "missing.wtin.json")])
     assert result.exit_code == 2 and "error: cannot read" in result.stderr
     assert runner.invoke(main, ["validate"]).exit_code == 2
+
+
+def test_cassette_ring_buffer_keeps_the_latest_five_runs():
+    from wt_otel.contracts.cassette import HISTORY_CAP, add_run, load_cassette
+
+    cassette: dict = {"wt_cassette": 1, "scenario": "s"}
+    keys = [f"{i:032x}" for i in range(1, 8)]
+    for key in keys:
+        add_run(cassette, {"trace_id": key, "calls": []})
+    assert cassette["history_keys"] == keys[-HISTORY_CAP:]
+    assert set(cassette["traces"]) == set(keys[-HISTORY_CAP:])
+    assert cassette["latest_trace_id"] == keys[-1]
+    add_run(cassette, {"trace_id": keys[3], "calls": []})  # re-recording a run moves it to the end
+    assert cassette["history_keys"][-1] == keys[3] and len(cassette["history_keys"]) == HISTORY_CAP
+    load_cassette(cassette)  # still a valid cassette

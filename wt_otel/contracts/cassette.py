@@ -222,3 +222,18 @@ class Cassette(ContractModel):
 def load_cassette(data: Any) -> Cassette:
     """Validate a parsed `*.cassette.json`; raises `ContractError` listing every problem."""
     return load(Cassette, data)
+
+
+def add_run(cassette: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """Record one more run (a trace entry with its `trace_id`) into a cassette, as the spec's ring buffer:
+    its key is appended to `history_keys` and becomes `latest_trace_id`; beyond HISTORY_CAP runs the
+    oldest are evicted from `history_keys` and `traces` alike. Returns the cassette (changed in place)."""
+    key = entry["trace_id"]
+    traces = cassette.setdefault("traces", {})
+    history = [k for k in cassette.setdefault("history_keys", []) if k != key] + [key]
+    traces[key] = entry
+    for old in history[:-HISTORY_CAP]:
+        traces.pop(old, None)
+    cassette["history_keys"] = history[-HISTORY_CAP:]
+    cassette["latest_trace_id"] = key
+    return cassette
