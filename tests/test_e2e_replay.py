@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from fake_openai import FIRST_ANSWER, Handler  # tests/fixtures/producers/_common, put on sys.path by conftest
+from junitparser import JUnitXml
 
 from wt_otel.cli import main
 from wt_otel.contracts.universe import load_universe
@@ -110,6 +112,16 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, production: UniverseMCPSe
     (directory / "scorer.py").write_text("from wt_otel.scorers import all_of, substantiated_by_tools, target_facts\n"
                                          "outcome = all_of(target_facts(['+1-555-0100']), "
                                          "substantiated_by_tools())\n")
+    # ...and the authored assertion suite: trajectory and constraint layers join the gate
+    spec = yaml.safe_load((directory / "scenario.yaml").read_text())
+    spec["assertions"] = [
+        {"type": "tool-sequence", "mode": "exact", "tools": ["client_lookup", "client_lookup"]},
+        {"type": "tool-arguments", "tool": "client_lookup",
+         "arguments": {"type": "object", "shape": {"query": {"type": "string", "equals": "Bluewing"}}}},
+        {"type": "output", "contains": "+1-555-0100"},
+        {"type": "policy", "rule": "no-divergence"},
+    ]
+    (directory / "scenario.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return directory
 
 
@@ -126,10 +138,11 @@ def agent_config(ports: tuple[int, int], *, instructions: str = INSTRUCTIONS, mc
                        openai_base_url=f"http://127.0.0.1:{llm_port}/v1", instructions=instructions)
 
 
-def replay(scenario: Path, agent_url: str, ports: tuple[int, int], runs_dir: Path) -> tuple[Any, list[Trace]]:
+def replay(scenario: Path, agent_url: str, ports: tuple[int, int], runs_dir: Path, *extra: str
+           ) -> tuple[Any, list[Trace]]:
     res = CliRunner().invoke(main, [
         "run", str(scenario), "--llm", "replay", "--inject-url", agent_url, "--universe-port", str(ports[0]),
-        "--llm-port", str(ports[1]), "--runs-dir", str(runs_dir)], catch_exceptions=False)
+        "--llm-port", str(ports[1]), "--runs-dir", str(runs_dir), *extra], catch_exceptions=False)
     traces = [load_trace(json.loads(p.read_text())) for p in sorted(runs_dir.rglob("*.trace.json"))]
     return res, traces
 
@@ -137,9 +150,15 @@ def replay(scenario: Path, agent_url: str, ports: tuple[int, int], runs_dir: Pat
 def test_replay_reproduces_the_recording_with_zero_divergence(scenario: Path, ports: tuple[int, int],
                                                                tmp_path: Path) -> None:
     with start_in_thread(agent_config(ports), port=0) as agent:
-        res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
+        res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs", "--out", str(tmp_path / "r.xml"))
     assert res.exit_code == 0, res.output
     assert re.search(r"^PASS +\S+ +1/1( +\d+%)*$", res.output, re.M), res.output  # no divergence note either
+    [score] = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("*.score.json")]
+    assert score["gate"] == ["outcome", "trajectory", "constraint"] and score["passed"] is True
+    suite = next(iter(JUnitXml.fromfile(str(tmp_path / "r.xml"))))
+    assert (suite.tests, suite.failures, suite.errors) == (1, 0, 0)
+    [row] = [json.loads(line) for line in (tmp_path / "runs" / "ledger.ndjsonl").read_text().splitlines()]
+    assert row["verdict"] == "PASS" and row["origin"] and row["layer_pass_rates"]["trajectory"] == 1.0
     assert [t.text for t in trace.turns] == list(TURNS)
     assert trace.turns[0].reply == FIRST_ANSWER and all(t.error is None for t in trace.turns)
     assert [(c.tool_name, c.args, c.match, c.divergence) for c in trace.mcp_calls] == [
@@ -190,7 +209,11 @@ def test_an_agent_on_the_live_tools_is_invalid(scenario: Path, production: Unive
 def test_a_stopped_endpoint_is_an_error_and_exit_1(scenario: Path, ports: tuple[int, int], tmp_path: Path) -> None:
     agent = start_in_thread(agent_config(ports), port=0)
     agent.stop()
-    res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs")
+    res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs", "--out", str(tmp_path / "r.xml"))
     assert res.exit_code == 1
     assert re.search(r"^ERROR +\S+ +0/1 .* run 1: reset failed: .*cannot connect", res.output, re.M), res.output
     assert trace.integrity.status == "ERROR" and trace.turns == []
+    suite = next(iter(JUnitXml.fromfile(str(tmp_path / "r.xml"))))
+    assert (suite.tests, suite.failures, suite.errors) == (1, 0, 1)
+    [row] = [json.loads(line) for line in (tmp_path / "runs" / "ledger.ndjsonl").read_text().splitlines()]
+    assert row["verdict"] == "ERROR" and "reset failed" in row["detail"]
