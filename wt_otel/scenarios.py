@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from wt_otel.cassette_server import read_cassette
+from wt_otel.cassette_replay import read_cassette
 from wt_otel.contracts.cassette import Cassette
 from wt_otel.contracts.scenario import Scenario, load_scenario
 from wt_otel.contracts.universe import Universe, load_universe
