@@ -1,0 +1,135 @@
+"""`wt-otel schema`, `validate` and `import`: the wt-otel file formats and turning dumps into them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from wt_otel.components import load as load_component
+from wt_otel.contracts.validate import KINDS, UnreadableFile, find_files, json_schema, validate_file
+from wt_otel.dumps import DumpFormatError, DumpReadError
+from wt_otel.importer import FORMATS, ImportAborted, import_dumps
+
+
+@click.command()
+@click.argument("name", type=click.Choice(KINDS))
+def schema(name: str) -> None:
+    """Print the JSON Schema of a wt-otel file format.
+
+    NAME is envelope (*.wtin.json), universe (*.universe.json), cassette
+    (*.cassette.json), scenario (scenario.yaml) or trace (*.trace.json, what
+    `wt-otel run` records). The schema is generated
+    from the models `wt-otel validate` uses; validate's messages are more
+    precise, the schema is for editors and other tools.
+    """
+    click.echo(json.dumps(json_schema(name), indent=2))
+
+
+@click.command()
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--strict", is_flag=True, help="Fail (exit 1) on warnings too.")
+@click.pass_context
+def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
+    """Check wt-otel files against their contracts.
+
+    A PATH is a file or a folder; folders are searched for *.wtin.json,
+    *.universe.json, *.cassette.json and scenario.yaml. A file's kind comes
+    from its version key, else its name, else its shape.
+
+    \b
+    One line per file or problem:
+      OK PATH
+      INVALID PATH: <json path> <rule> (<how to fix>)
+      WARN PATH: <json path> <what replay will get wrong>
+
+    \b
+    Exit status: 0 all valid; 1 a file is invalid (or warned, with --strict);
+    2 a path could not be read or parsed (reported on stderr).
+    """
+    status = 0
+    for path in paths:
+        files = list(find_files(path)) if path.is_dir() else [path]
+        if not files:
+            click.echo(f"error: no wt-otel files under {path}", err=True)
+            status = 2
+        for file in files:
+            try:
+                report = validate_file(file)
+            except UnreadableFile as exc:
+                click.echo(f"error: {exc}", err=True)
+                status = 2
+                continue
+            for problem in report.problems:
+                click.echo(f"INVALID {file}: {problem}")
+            for warning in report.warnings:
+                click.echo(f"WARN {file}: {warning}")
+            if report.valid and not report.warnings:
+                click.echo(f"OK {file}")
+            if report.problems or (strict and report.warnings):
+                status = max(status, 1)
+    ctx.exit(status)
+
+
+@click.command("import")
+@click.argument("dumps", metavar="DUMP...", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder that receives one scenario directory per session.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+              help="Input format; auto sniffs each file (gzip is always detected).")
+@click.option("--force", is_flag=True, help="Replace scenario directories that already exist.")
+@click.option("--trace-id", "trace_ids", multiple=True, metavar="ID",
+              help="Only sessions containing this trace id (hex); repeatable.")
+@click.option("--flagged-only", is_flag=True,
+              help="Only sessions flagged as incidents (a span with wt.incident / wt.flag).")
+@click.option("--strict", is_flag=True, help="Stop at the first corrupt input, before writing anything.")
+@click.pass_context
+def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, force: bool,
+            trace_ids: tuple[str, ...], flagged_only: bool, strict: bool) -> None:
+    """Turn telemetry dumps into scenario directories, one per agent session.
+
+    \b
+    DUMP formats (auto-detected, gzip or not):
+      otlp-json      OTLP/JSON lines, as the Collector `file` exporter writes (traces and logs)
+      otlp-proto     a serialized OTLP request (.pb) or the collector's length-prefixed stream
+      agents-jsonl   OpenAI Agents SDK trace export (object: trace / trace.span)
+      generic-jsonl  one span per line (trace_id, span_id, type, workflow_name, ...)
+      wtin           a Contract A envelope (*.wtin.json)
+
+    \b
+    Each OUT/<session>/ holds incident.wtin.json (Contract A), fixture.universe.json
+    (Contract B), llm.cassette.json, scenario.yaml, scorer.py and IMPORTED.md.
+
+    A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal).
+    Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
+    """
+    writer = load_component("exporters", "scenario-dir")(out, force=force)
+    console = Console(stderr=True)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("reading", total=None)
+
+            def progress(what: str, n: int) -> None:
+                bar.update(task, description=f"{what}: {n:,}")
+
+            report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
+                                  strict=strict, progress=progress)
+    except ImportAborted as exc:
+        click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
+        ctx.exit(1)
+    except (DumpReadError, DumpFormatError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    for err in report.errors:
+        click.echo(f"error: {err}", err=True)
+    for path in report.written:
+        click.echo(f"wrote {path}")
+    click.echo(f"{report.records:,} records, {report.sessions} session(s), {len(report.written)} written"
+               + (f", {report.skipped} not selected" if report.skipped else "")
+               + (f", {len(report.errors)} error(s)" if report.errors else ""), err=True)
+    ctx.exit(0 if report.ok else 1)

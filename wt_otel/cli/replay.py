@@ -1,0 +1,273 @@
+"""`wt-otel run`, `report` and `check`: replay scenarios, summarise the ledger, check recorded traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from wt_otel.components import load as load_component
+from wt_otel.selection import selection_options
+
+
+@click.command("run")
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--runtime", "runtime_spec", default="http_inject", show_default=True, metavar="SPEC",
+              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent).")
+@click.option("--inject-url", "--url", "inject_url", metavar="URL",
+              help="http_inject base URL [$WT_INJECT_URL, else http://127.0.0.1:8647].")
+@click.option("--runs", type=click.IntRange(min=1), metavar="N", help="Runs per scenario [the scenario's runs].")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="Where traces go: RUNS_DIR/<sweep-id>/<scenario>/run-<n>.trace.json.")
+@click.option("--llm", type=click.Choice(["live", "replay"]), default="live", show_default=True,
+              help="replay: serve each scenario's llm.cassette.json as an OpenAI-compatible API.")
+@click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
+              help="How the cassette server matches requests (with --llm replay).")
+@click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
+              help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
+              help="Port of the cassette server (with --llm replay).")
+@click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
+@selection_options
+@click.option("--format", "fmt", type=click.Choice(["junit", "json"]),
+              help="Also write the results as JUnit XML or a JSON sweep document (needs --out).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Where --format writes (results.xml / results.json; the suffix implies the format).")
+@click.option("--otlp-endpoint", metavar="URL",
+              help="Also export the results as OTel spans to this OTLP endpoint (e.g. http://127.0.0.1:4318; "
+                   "docs/viewing-results.md). A failed export is a warning, never a failed sweep.")
+@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]),
+              help="OTLP protocol for --otlp-endpoint [default: http/protobuf].")
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
+              help="A header sent with every export, e.g. authorization='Bearer T' (repeatable).")
+@click.option("--agent-name", metavar="NAME",
+              help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
+@click.pass_context
+def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
+         runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None,
+         scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
+         fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
+         otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
+    """Replay scenarios against an agent, hermetically, and record a trace per run.
+
+    PATH is a scenario directory (holding scenario.yaml) or a folder searched
+    for them. For each scenario its universe is served over MCP at
+    http://127.0.0.1:8648/mcp (and with --llm replay its cassette at
+    http://127.0.0.1:8649/v1); configure the agent with those URLs (an
+    in-process agent finds them in $WT_UNIVERSE_URL and $WT_LLM_BASE_URL).
+    Each run resets the agent, probes /wt/surface, and injects the scenario's
+    user turns into one new session.
+
+    \b
+    Selection: --scenario GLOB, --tag TAG, --pack NAME, --owner OWNER, each
+    repeatable; AND across flags, OR within one. A scenario's pack and owner
+    come from its scenario.yaml, else from the nearest pack.yaml above it.
+    A selector matching no scenario is a warning; selecting none is exit 2.
+
+    \b
+    A table, one row per scenario (plain text unless stdout is a terminal):
+      VERDICT  SCENARIO  RUNS  <LAYER pass rates>  DETAIL
+    VERDICT is PASS, FAIL, PASS_WITH_VARIANCE, INVALID (the agent reported tool
+    calls the universe never saw) or ERROR (endpoint down, reset failed, bad
+    fixture, port in use, or "not run: circuit breaker" after 3 scenarios in a
+    row errored). RUNS is runs passed / runs recorded.
+    Traces: RUNS_DIR/<sweep-id>/<scenario>/run-<n>.trace.json, with a
+    summary.json of the sweep; one row per scenario is appended to
+    RUNS_DIR/ledger.ndjsonl (see `wt-otel report`); --format junit|json --out F
+    writes the results for CI; --otlp-endpoint URL sends them as OTel spans,
+    linked to each incident's original trace, after everything else is written.
+
+    Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
+    2 usage (no scenario found or selected, bad flags, runtime or pack.yaml).
+    """
+    import logging
+    import sys
+
+    from wt_otel.inject import RuntimeSpecError, resolve_runtime
+    from wt_otel.packs import PackError
+    from wt_otel.runner import RunOptions, Sweep, load_all
+    from wt_otel.scenarios import NoScenarios, find_scenarios
+    from wt_otel.selection import EmptySelection, from_options
+    from wt_otel.sweeps import infer_format, select_scenarios, write_results
+
+    try:
+        fmt = infer_format(fmt, out)
+        dirs = find_scenarios(list(paths))
+        if (otlp_protocol or otlp_headers) and not otlp_endpoint:
+            raise ValueError("--otlp-protocol and --otlp-header need --otlp-endpoint URL")
+        spans = load_component("exporters", "result-spans")(
+            otlp_endpoint, otlp_protocol or "http/protobuf", otlp_headers, agent_name=agent_name,
+            warn=lambda text: click.echo(f"warning: {text}", err=True)) if otlp_endpoint else None
+        runtime = resolve_runtime(runtime_spec, url=inject_url)
+    except (NoScenarios, RuntimeSpecError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    if inject_url and runtime.name != "http_inject":
+        click.echo("error: --inject-url applies to --runtime http_inject only", err=True)
+        ctx.exit(2)
+    selection = from_options(scenario_globs, tags, packs, owners)
+    try:
+        selected = select_scenarios(load_all(dirs, llm), selection)
+    except (PackError, EmptySelection) as exc:
+        runtime.close()
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    for warning in selected.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    scenarios = selected.items
+    # divergence is recorded in every trace and summed up per scenario below; no log line mid-progress
+    universe_log = logging.getLogger("wt_otel.universe")
+    saved_level = universe_log.level
+    universe_log.setLevel(logging.ERROR)
+    console = Console(stderr=True)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("starting", total=None)
+            options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
+                                 llm_match=llm_match, universe_port=universe_port,
+                                 llm_port=llm_port, label=label, emit=click.echo,
+                                 progress=lambda text: bar.update(task, description=text),
+                                 selection=selection.to_dict())
+            sweep = Sweep(options).run(scenarios)
+    finally:
+        runtime.close()
+        universe_log.setLevel(saved_level)
+    record = sweep.record
+    load_component("exporters", "table")(record, file=sys.stdout)
+    if sweep.stopped:
+        click.echo(f"stopped: {sweep.stopped}", err=True)
+    written = ""
+    if fmt and out:
+        try:
+            write_results(record, fmt, out)
+            written = f"; {fmt} in {out}"
+        except OSError as exc:
+            click.echo(f"error: cannot write {out}: {exc}", err=True)
+            ctx.exit(1)
+    counts: dict[str, int] = {}
+    for row in record.scenarios:
+        counts[row.verdict] = counts.get(row.verdict, 0) + 1
+    counted = ", ".join(f"{n} {v.lower()}" for v, n in counts.items())
+    ledger = f"; ledger {sweep.ledger_path}" if sweep.ledger_path else ""
+    if spans is not None:  # last: the ledger, summary and files are already on disk; never changes the exit code
+        report = spans.export_sweep(sweep)
+        if report.ok:
+            click.echo(report.describe())
+    click.echo(f"{counted}; traces in {sweep.directory}/{ledger}{written}")
+    ctx.exit(sweep.exit_code)
+
+
+@click.command("report")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+              show_default=True, help="The runs dir whose ledger.ndjsonl to read.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
+              show_default=True)
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write the report here instead of stdout.")
+@click.option("--window", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
+              help="How many of the latest sweeps the trend and flip count cover.")
+@click.pass_context
+def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, window: int) -> None:
+    """Summarise the ledger: per scenario its latest verdict, pass-rate trend, flakiness, time since green.
+
+    \b
+    text/markdown: one row per scenario
+      VERDICT  SCENARIO  PACK  OWNER  TREND  RATE  FLIPS  SINCE GREEN  DETAIL
+    TREND is the pass rate (runs passed / runs) of the last N rows; FLIPS
+    counts changes between green (PASS, PASS_WITH_VARIANCE) and not green.
+    json: the same data as one document; html: a self-contained page (inline
+    CSS and SVG charts) to attach to a CI run.
+
+    Unreadable ledger lines (a torn last line after a crash) are skipped with
+    a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
+    """
+    from wt_otel.fsutil import atomic_write
+    from wt_otel.report import build_report, render
+    from wt_otel.sweeps import LEDGER_FILE
+
+    path = runs_dir / LEDGER_FILE
+    read = load_component("exporters", "ledger")(path).read()
+    for problem in read.problems:
+        click.echo(f"warning: {problem}", err=True)
+    if not read.rows:
+        click.echo(f"error: no ledger rows in {path} (run `wt-otel run --runs-dir {runs_dir}` first)", err=True)
+        ctx.exit(1)
+    text = render(build_report(read.rows, window=window, problems=read.problems), fmt)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write(out, text)
+        click.echo(f"wrote {out}", err=True)
+
+
+# ---------------------------------------------------------------- check (offline trace2test suites)
+
+
+@click.command("check")
+@click.argument("dump", metavar="[DUMP]", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="SUITE.yaml", help="The trace2test suite (by convention tests/agents/*.t2t.yaml).")
+@click.option("--format", "fmt", type=click.Choice(["text", "junit", "json"]), default="text", show_default=True,
+              help="junit / json also write the results document to --out (the text lines still print).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Where --format junit|json goes; results.xml or results.json alone picks the format.")
+@click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
+@selection_options
+@click.pass_context
+def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, out: Path | None,
+           trace_id: str | None, **selectors: tuple[str, ...]) -> None:
+    """Check a recorded trace against a trace2test suite, offline: no agent, no network, no model.
+
+    DUMP is an OTLP dump (JSON lines or protobuf, any supported GenAI
+    dialect), OpenAI Agents SDK JSONL, generic JSONL or a *.wtin.json
+    envelope; without it, the suite's runner.trace (relative to the suite
+    file) is read. The dump must hold one session (or pick one with
+    --trace-id). Assertions are judged on server-witnessed tool calls when
+    the dump has execute_tool / TOOL spans, else on the transcript.
+
+    \b
+    One line per test, then the failing assertions' details:
+      PASS safe-refund: Refund requires identity verification
+      FAIL wrong-order: ...
+          tests[1].assertions[0] tool-sequence: expected [...], got [...] (evidence: ...)
+
+    Exit status: 0 every test passed; 1 a test failed; 2 an invalid suite
+    (each problem with its YAML path), an unreadable trace, or bad flags.
+    """
+    from wt_otel.check import CheckInputError, SuiteError, run_check
+
+    if fmt == "text" and out is not None:
+        suffix = out.suffix.lower()
+        fmt = {".xml": "junit", ".json": "json"}.get(suffix, "")
+        if not fmt:
+            click.echo(f"error: --out {out}: say --format junit or --format json", err=True)
+            ctx.exit(2)
+    if fmt != "text" and out is None:
+        click.echo(f"error: --format {fmt} needs --out FILE", err=True)
+        ctx.exit(2)
+    from wt_otel.selection import Candidate, EmptySelection, from_options, select
+
+    selection, notes = from_options(**selectors), []
+
+    def chosen(tests):  # --scenario / --tag select suite tests by id (tests carry no tags, pack or owner)
+        picked = select(tests, selection, key=lambda t: Candidate(id=t.id))
+        notes.extend(picked.warnings)
+        return picked.items
+
+    try:
+        run = run_check(suite_path, dump, trace_id, select=chosen)
+    except (SuiteError, CheckInputError, EmptySelection) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    for note in notes:
+        click.echo(f"warning: {note}", err=True)
+    for warning in run.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(run.text(), nl=False)
+    if out is not None:
+        load_component("exporters", fmt)(run.sweep(), out)
+        click.echo(f"{fmt} results in {out}", err=True)
+    ctx.exit(0 if run.passed else 1)

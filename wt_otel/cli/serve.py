@@ -1,0 +1,108 @@
+"""`wt-otel serve`: the OTLP receiver, session writer and automatic replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue, replay); flags override it.")
+@click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
+@click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")
+@click.option("--session-idle-timeout", type=float, metavar="SECONDS",
+              help="A session with no new span for this long is complete [30].")
+@click.option("--auth-token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Require `Authorization: Bearer <token>` (the file's content) on both transports.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM private key.")
+@click.option("--replay-runtime", metavar="SPEC",
+              help="Turn automatic replay on, with this runtime: http_inject or python:MODULE:ATTR [replay.runtime].")
+@click.option("--inject-url", metavar="URL",
+              help="Turn automatic replay on, against this Contract C endpoint [replay.inject_url].")
+@click.option("--results-otlp-endpoint", metavar="URL",
+              help="Export replay results as OTel spans to this OTLP endpoint [replay.results.otlp_endpoint].")
+@click.option("--quiet", "-q", is_flag=True, help="Do not print a line per written session revision.")
+@click.pass_context
+def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | None, http_endpoint: str | None,
+          data_dir: Path | None, session_idle_timeout: float | None, auth_token_file: Path | None,
+          tls_cert: Path | None, tls_key: Path | None, replay_runtime: str | None, inject_url: str | None,
+          results_otlp_endpoint: str | None, quiet: bool) -> None:
+    """Receive OTLP traces and logs, write every agent session to the data dir, and replay flagged incidents.
+
+    \b
+    Pipeline: OTLP receivers -> GenAI filter -> session assembler -> incident
+    flagger -> redactor (off by default) -> data dir -> automatic replay (off by default):
+      DATA_DIR/sessions/<slug>/     the files `wt-otel import` writes (latest revision)
+      DATA_DIR/sessions.ndjsonl     one JSON line per written revision (flagged ones too)
+      DATA_DIR/scenarios/<slug>/    flagged incidents imported for replay (unreviewed, auto-replay)
+      DATA_DIR/replay-queue.ndjsonl the replay queue (enqueued / started / done / refused)
+      DATA_DIR/runs/                replay traces, scores and ledger.ndjsonl (as `wt-otel run` writes them)
+
+    Automatic replay (config `replay:`, or --replay-runtime / --inject-url):
+    each complete, flagged session is imported, queued (bounded, one job per
+    incident ref, kept across restarts) and replayed one at a time against
+    the agent with the recorded tools (MCP, port 8648) and LLM (port 8649);
+    the verdict goes to the ledger and, with --results-otlp-endpoint, out as
+    OTel spans. Nothing is retried: an error is an ERROR row.
+
+    SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
+    every open session, let the replay in flight finish (bounded), and exit 0.
+    Exit 1 if it cannot start, 2 on a bad config.
+    """
+    import logging
+    import signal
+    import threading
+
+    from wt_otel.config import ConfigError, load_serve_config
+    from wt_otel.otlp import check_protobuf_backend
+    from wt_otel.serve import Server, ServeStartError
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    replay_on = True if (replay_runtime or inject_url) else None
+    try:
+        config = load_serve_config(config_path, {
+            "receivers.grpc_endpoint": grpc_endpoint, "receivers.http_endpoint": http_endpoint,
+            "receivers.auth_token_file": auth_token_file and str(auth_token_file),
+            "receivers.tls_cert": tls_cert and str(tls_cert), "receivers.tls_key": tls_key and str(tls_key),
+            "data_dir": data_dir and str(data_dir), "assembler.idle_timeout": session_idle_timeout,
+            "replay.enabled": replay_on, "replay.runtime": replay_runtime, "replay.inject_url": inject_url,
+            "replay.results.otlp_endpoint": results_otlp_endpoint,
+        })
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    server = Server(config, quiet=quiet, emit=click.echo, warn=lambda text: click.echo(f"warning: {text}", err=True))
+    try:
+        server.start()
+    except ServeStartError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+    for note in server.recovery:
+        click.echo(f"data dir: {note}", err=True)
+    if server.grpc_port is not None:
+        click.echo(f"OTLP/gRPC listening on {config.receivers.grpc_endpoint.rpartition(':')[0]}:{server.grpc_port}")
+    if server.http_url is not None:
+        click.echo(f"OTLP/HTTP listening on {server.http_url} (/v1/traces, /v1/logs, /healthz, /metrics)")
+    backend = check_protobuf_backend()
+    click.echo(f"protobuf backend: {backend}")
+    if backend != "upb":
+        click.echo(f"WARNING: protobuf runs on the {backend!r} backend, not upb: decoding is ~200x slower. "
+                   "Unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION and reinstall protobuf.", err=True)
+    click.echo(f"data dir: {config.data_dir}")
+    if server.replay is not None:
+        click.echo(f"replay: flagged incidents -> {server.replay.endpoint} ({config.replay.runtime}, llm "
+                   f"{config.replay.llm}); runs in {config.runs_dir}; result spans {server.replay.results_target}")
+    while not stop.wait(0.5):
+        pass
+    click.echo("stopping: draining the queue and writing open sessions", err=True)
+    server.stop()
+    written = server.metrics.get("wt_otel_sessions_written_total")
+    click.echo(f"stopped: {written:g} session revision(s) written", err=True)
+    ctx.exit(0)

@@ -1,0 +1,154 @@
+"""`wt-otel universe` and `wt-otel cassette`: serve recorded tools (Contract B) and LLM calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def universe() -> None:
+    """Serve a recorded tool universe over MCP, or freeze a run's calls into one."""
+
+
+@universe.command("serve")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8648, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.pass_context
+def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None:
+    """Serve FILE (*.universe.json) as an MCP server (streamable HTTP) until Ctrl-C.
+
+    Prints the MCP URL, then one line per tool call with how it was answered
+    (exact, keyed, or the miss policy). The call log is also at GET /wt/calls;
+    POST /wt/reset-calls starts a new run.
+    """
+    import threading
+
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.mcp_server import UniverseMCPServer
+    from wt_otel.universe import RecordedUniverse
+
+    def show(entry: dict) -> None:
+        args = json.dumps(entry["args"], ensure_ascii=False)
+        flag = " ERROR" if entry["is_error"] else ""
+        div = " DIVERGENCE" if entry["divergence"] else ""
+        click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}")
+
+    try:
+        engine = RecordedUniverse.from_file(str(file), on_call=show)
+    except (ContractError, ValueError) as exc:
+        click.echo(f"error: {file}: {exc}", err=True)
+        ctx.exit(1)
+    server = UniverseMCPServer(engine, host=host, port=port)
+    try:
+        url = server.start()
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    click.echo(f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s) "
+               f"at {url} (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+@universe.command("freeze")
+@click.argument("call_log", metavar="CALL_LOG.json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tools-from", "tools_from", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Universe file whose tools (and matching) the new universe keeps.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the new *.universe.json.")
+@click.option("--include-divergent", is_flag=True,
+              help="Also freeze calls answered by a miss policy (empty, nearest, synthesize, fail_call).")
+@click.pass_context
+def universe_freeze(ctx: click.Context, call_log: Path, tools_from: Path, out: Path, include_divergent: bool) -> None:
+    """Turn a run's call log into a universe file (record mode).
+
+    CALL_LOG.json is a list of calls, or an object with a "calls" list (what
+    GET /wt/calls returns). Divergent calls are left out unless
+    --include-divergent. The result is validated before it is written.
+    """
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.contracts.universe import load_universe
+    from wt_otel.universe import freeze_universe
+
+    try:
+        data = json.loads(call_log.read_text(encoding="utf-8"))
+        source = load_universe(json.loads(tools_from.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # ContractError is a ValueError
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    calls = data.get("calls") if isinstance(data, dict) else data
+    if not isinstance(calls, list):
+        click.echo(f"error: {call_log}: expected a list of calls or an object with a \"calls\" list", err=True)
+        ctx.exit(1)
+    try:
+        frozen = freeze_universe(calls, source.tools, source.matching, include_divergent=include_divergent)
+    except (ContractError, KeyError, TypeError) as exc:
+        click.echo(f"error: the frozen universe is invalid: {exc}", err=True)
+        ctx.exit(1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(frozen.model_dump(mode="json", exclude_unset=True), indent=2, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    kept = len(frozen.recordings)
+    click.echo(f"wrote {out}: {kept} recording(s) from {len(calls)} call(s)")
+
+
+@click.group()
+def cassette() -> None:
+    """Serve recorded LLM cassettes (*.cassette.json) to an agent under test."""
+
+
+@cassette.command("serve")
+@click.argument("file", type=click.Path(exists=True, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--match", "match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
+              help="exact: by model, messages and tools; sequence: the Nth request gets the Nth recorded call.")
+@click.option("--run", "run", metavar="TRACE_ID", help="Which recorded run (a history key); default the latest.")
+@click.option("--pace", is_flag=True, help="Replay the recorded delays between frames.")
+@click.pass_context
+def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: str, run: str | None,
+                   pace: bool) -> None:
+    """Serve FILE (a cassette, or a scenario directory) as an OpenAI-compatible API until interrupted.
+
+    \b
+    Prints the base URL, then one line per request:
+      #SEQ MATCH recorded[I] STATUS MODEL [stream] [error TYPE]
+      #SEQ miss STATUS llm_divergence at PATH: expected ..., received ...
+    The call log is also at GET /wt/llm-calls; POST /wt/reset starts a new run.
+    """
+    import threading
+
+    from wt_otel.cassette_server import CassetteServer
+
+    def line(entry: dict) -> None:
+        if entry["event"] == "llm_divergence":
+            d = entry["divergence"]
+            click.echo(f"#{entry['seq']} miss {entry['status']} llm_divergence at {d['at']}: "
+                       f"expected {d['expected']!r}, received {d['received']!r}")
+            return
+        click.echo(f"#{entry['seq']} {entry['match']} recorded[{entry['recorded_index']}] {entry['status']} "
+                   f"{entry['model']}" + (" stream" if entry["stream"] else "")
+                   + (f" error {entry['error']}" if entry.get("error") else ""))
+
+    try:
+        server = CassetteServer(file, host=host, port=port, match=match, run=run, pace=pace, on_call=line)
+        url = server.start()
+    except (OSError, ValueError) as exc:  # unreadable, invalid (ContractError), unknown run, port taken
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    replay = server.replay
+    click.echo(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
