@@ -7,9 +7,8 @@ A reported call with no witnessed counterpart went somewhere else (live tools),
 so the run is INVALID, whatever the agent answered: a replay that silently
 reached production must never pass.
 
-`scenario_verdict(traces)` is the integrity-only verdict; the scored verdict
-(outcome, trajectory, constraint and integrity over N runs) is
-`wt_otel.scoring.score_scenario`, which the runner calls.
+The scenario's verdict over N runs (outcome, trajectory, constraint and
+integrity) is `wt_otel.scoring.aggregate`, which the runner calls.
 """
 
 from __future__ import annotations
@@ -99,22 +98,6 @@ class ScenarioVerdict:
 
     verdict: Verdict
     detail: str | None = None
-
-
-def scenario_verdict(traces: Sequence[Trace]) -> ScenarioVerdict:
-    """ERROR if any run errored, INVALID if any was invalid, else PASS (integrity alone).
-
-    A PASS here only says every run was complete and hermetic; `wt_otel.scoring`
-    judges the rest. No trace at all is an ERROR (a scenario never vanishes).
-    """
-    if not traces:
-        return ScenarioVerdict("ERROR", "no run was recorded")
-    for status in ("ERROR", "INVALID"):
-        bad = [t for t in traces if t.integrity.status == status]
-        if bad:
-            first = bad[0]
-            return ScenarioVerdict(status, f"run {first.run_index}: {first.integrity.detail}")
-    return ScenarioVerdict("PASS")
 
 
 def divergence_note(traces: Sequence[Trace]) -> str | None:
