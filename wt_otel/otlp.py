@@ -435,29 +435,7 @@ def spans_from_json(obj: dict[str, Any]) -> Iterator[SpanRecord]:
     spans before the error have been yielded, so collect with `list()` to get
     all-or-nothing.
     """
-    if not isinstance(obj, dict):
-        raise OtlpJsonError(f"an OTLP/JSON request must be an object, not {type(obj).__name__}")
-    rs_key, resource_spans = _list(obj, "resourceSpans", "resource_spans")
-    for i, rs in enumerate(resource_spans):
-        try:
-            rs = _obj(rs, "resourceSpans item")
-            resource = _json_resource(rs)
-            ss_key, scope_spans = _list(rs, *_SCOPE_SPANS_KEYS)
-            for j, ss in enumerate(scope_spans):
-                try:
-                    ss = _obj(ss, "scopeSpans item")
-                    scope = _json_scope(ss)
-                    spans_key, spans = _list(ss, "spans")
-                    for k, span in enumerate(spans):
-                        try:
-                            record = _json_span(span, resource, scope)
-                        except OtlpJsonError as e:
-                            raise e.at(f"{spans_key}[{k}]") from None
-                        yield record
-                except OtlpJsonError as e:
-                    raise e.at(f"{ss_key}[{j}]") from None
-        except OtlpJsonError as e:
-            raise e.at(f"{rs_key}[{i}]") from None
+    return _json_records(obj, ("resourceSpans", "resource_spans"), _SCOPE_SPANS_KEYS, ("spans",), _json_span)
 
 
 def logs_from_json(obj: dict[str, Any]) -> Iterator[LogRecord]:
@@ -465,26 +443,33 @@ def logs_from_json(obj: dict[str, Any]) -> Iterator[LogRecord]:
 
     Errors and partial output as in `spans_from_json`.
     """
+    return _json_records(obj, ("resourceLogs", "resource_logs"), _SCOPE_LOGS_KEYS, ("logRecords", "log_records"),
+                         lambda rec, resource, scope: _json_log(rec, resource, scope[0]))
+
+
+def _json_records(obj: Any, resource_keys: tuple[str, ...], scope_keys: tuple[str, ...], leaf_keys: tuple[str, ...],
+                  make: Any) -> Iterator[Any]:
+    """Walk resource -> scope -> records for either signal; an error names its JSON path."""
     if not isinstance(obj, dict):
         raise OtlpJsonError(f"an OTLP/JSON request must be an object, not {type(obj).__name__}")
-    rl_key, resource_logs = _list(obj, "resourceLogs", "resource_logs")
-    for i, rl in enumerate(resource_logs):
+    r_key, resources = _list(obj, *resource_keys)
+    for i, r in enumerate(resources):
         try:
-            rl = _obj(rl, "resourceLogs item")
-            resource = _json_resource(rl)
-            sl_key, scope_logs = _list(rl, *_SCOPE_LOGS_KEYS)
-            for j, sl in enumerate(scope_logs):
+            r = _obj(r, f"{resource_keys[0]} item")
+            resource = _json_resource(r)
+            s_key, scopes = _list(r, *scope_keys)
+            for j, sc in enumerate(scopes):
                 try:
-                    sl = _obj(sl, "scopeLogs item")
-                    scope_name = _json_scope(sl)[0]
-                    recs_key, recs = _list(sl, "logRecords", "log_records")
-                    for k, rec in enumerate(recs):
+                    sc = _obj(sc, f"{scope_keys[0]} item")
+                    scope = _json_scope(sc)
+                    leaf_key, leaves = _list(sc, *leaf_keys)
+                    for k, leaf in enumerate(leaves):
                         try:
-                            record = _json_log(rec, resource, scope_name)
+                            record = make(leaf, resource, scope)
                         except OtlpJsonError as e:
-                            raise e.at(f"{recs_key}[{k}]") from None
+                            raise e.at(f"{leaf_key}[{k}]") from None
                         yield record
                 except OtlpJsonError as e:
-                    raise e.at(f"{sl_key}[{j}]") from None
+                    raise e.at(f"{s_key}[{j}]") from None
         except OtlpJsonError as e:
-            raise e.at(f"{rl_key}[{i}]") from None
+            raise e.at(f"{r_key}[{i}]") from None
