@@ -49,15 +49,15 @@ from examples.demo.stage import (  # noqa: E402
     reidentify,
     send_otlp_json,
 )
-from wt_otel.config import (  # noqa: E402
+from wt_otel.serve.config import (  # noqa: E402
     AssemblerConfig,
     ReceiversConfig,
     ReplayConfig,
     ReplayResultsConfig,
     ServeConfig,
 )
-from wt_otel.replay_queue import QUEUE_FILE, read_events  # noqa: E402
-from wt_otel.serve import Server  # noqa: E402
+from wt_otel.serve.replay_queue import QUEUE_FILE, read_events  # noqa: E402
+from wt_otel.serve.server import Server  # noqa: E402
 
 INCIDENT, CONVERSATION = "INC-BENCH", "conv-bench"
 STAGES = ("idle", "import", "queue", "replay", "export", "total")

@@ -37,9 +37,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from wt_otel.contracts.universe import load_universe
-from wt_otel.mcp_server import UniverseMCPServer
-from wt_otel.messages import canonical_json
-from wt_otel.universe import RecordedUniverse
+from wt_otel.model.parts import canonical_json
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
 
 TOOLS = 10
 RT_RECORDINGS = 1000  # the served universe for round trips

@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 from wt_otel.contracts.cassette import add_run
-from wt_otel.messages import canonical_json
-from wt_otel.session import LLMCall, Session
+from wt_otel.model.parts import canonical_json
+from wt_otel.model.session import LLMCall, Session
 
 _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
 

@@ -43,11 +43,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from wt_otel._util.fsutil import unique_slug, write_directory
 from wt_otel.exporters.envelope import iso
 from wt_otel.exporters.scenario_dir import render
-from wt_otel.fsutil import unique_slug, write_directory
-from wt_otel.metrics import Metrics
-from wt_otel.session import Session
+from wt_otel.model.session import Session
+from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.datadir")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from wt_otel.messages import CONTRACT_A_PART_TYPES
-from wt_otel.session import Session, ToolExecution
+from wt_otel.model.parts import CONTRACT_A_PART_TYPES
+from wt_otel.model.session import Session, ToolExecution
 
 OTEL_GENAI_MAPPING = "semantic-conventions-genai@development-2026-06"
 UNKNOWN_MODEL = "unknown"

@@ -28,8 +28,8 @@ import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from pathlib import Path
 
-from wt_otel.fsutil import atomic_write
-from wt_otel.results import ScenarioResult, SweepResult
+from wt_otel._util.fsutil import atomic_write
+from wt_otel.contracts.results import ScenarioResult, SweepResult
 
 DEFAULT_SUITE = "default"
 MAX_MESSAGE = 1000  # a message attribute is a one-line summary; the element's text has the rest

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from wt_otel.results import LedgerRow, SweepResult
+from wt_otel.contracts.results import LedgerRow, SweepResult
 
 
 def _now() -> str:

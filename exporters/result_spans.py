@@ -47,11 +47,11 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, Tracer, set_span_in_context
 
 from wt_otel import __version__
+from wt_otel.contracts.results import SweepResult
 from wt_otel.exporters.span_plan import IncidentLink, PlannedSpan, ScenarioEvidence, incident_link, plan_sweep
-from wt_otel.results import SweepResult
 
 if TYPE_CHECKING:
-    from wt_otel.runner import SweepResult as RunnerSweep
+    from wt_otel.replay.runner import SweepResult as RunnerSweep
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PROTOCOLS", "ExportReport", "OtlpTarget", "ResultSpansExporter", "ScenarioEvidence",
            "evidence_of", "parse_headers", "read_incident"]

@@ -3,7 +3,7 @@ speak JUnit.
 
 It is the same data the ledger rows and the JUnit file are made from, whole:
 sweep id, started/finished, the selection that chose the scenarios, and a
-record per scenario with its per-run scores. `wt_otel.results.SweepResult`
+record per scenario with its per-run scores. `wt_otel.contracts.results.SweepResult`
 reads it back (`SweepResult.model_validate_json`).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wt_otel.fsutil import atomic_write
-from wt_otel.results import SweepResult
+from wt_otel._util.fsutil import atomic_write
+from wt_otel.contracts.results import SweepResult
 
 
 def to_json(sweep: SweepResult) -> str:

@@ -16,8 +16,8 @@ import yaml
 
 from wt_otel import __version__
 from wt_otel.exporters.envelope import source_ref
+from wt_otel.model.session import Session
 from wt_otel.scorers import AUTO_REPLAY_SCORERS
-from wt_otel.session import Session
 
 FIXTURES = {"envelope": "incident.wtin.json", "universe": "fixture.universe.json", "cassette": "llm.cassette.json"}
 MAX_FACTS = 12
@@ -107,7 +107,7 @@ from __future__ import annotations
 {data}
 
 def outcome(trace) -> tuple[bool, str]:
-    """Return (passed, detail) for one replayed run (a wt_otel.results.LayerResult works too)."""
+    """Return (passed, detail) for one replayed run (a wt_otel.contracts.results.LayerResult works too)."""
     # TODO: write the outcome check, e.g. every required fact appears in the final reply and the tools
     # returned it. wt_otel.scorers has the pieces (each returns a LayerResult):
     #     from wt_otel.scorers import all_of, substantiated_by_tools, target_facts

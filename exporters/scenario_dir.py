@@ -17,12 +17,12 @@ from typing import Any
 
 import orjson
 
+from wt_otel._util.fsutil import write_directory
 from wt_otel.exporters.cassette import cassette
 from wt_otel.exporters.envelope import envelope
 from wt_otel.exporters.scenario import FIXTURES, imported_md, scenario_yaml, scorer_py
 from wt_otel.exporters.universe import universe
-from wt_otel.fsutil import write_directory
-from wt_otel.session import Session
+from wt_otel.model.session import Session
 
 
 def _json(data: Any) -> bytes:

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from wt_otel.results import RunScore, ScenarioResult, SweepResult
-from wt_otel.trace import McpCall, Trace, Turn
+from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
+from wt_otel.contracts.run import McpCall, Trace, Turn
 
 AttrValue = str | bool | int | float | list[str]
 Status = Literal["UNSET", "OK", "ERROR"]

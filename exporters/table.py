@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import IO
 
-from wt_otel.results import LAYERS, ScenarioResult, SweepResult
+from wt_otel.contracts.results import LAYERS, ScenarioResult, SweepResult
 
 COLOURS = {"PASS": "green", "PASS_WITH_VARIANCE": "yellow", "FAIL": "red", "INVALID": "magenta", "ERROR": "bold red"}
 HEADERS = ("VERDICT", "SCENARIO", "RUNS")

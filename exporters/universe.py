@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from wt_otel.exporters.envelope import object_args, provenance
-from wt_otel.messages import canonical_json, unwrap_mcp
-from wt_otel.session import Session
+from wt_otel.model.parts import canonical_json, unwrap_mcp
+from wt_otel.model.session import Session
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 

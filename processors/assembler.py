@@ -1,6 +1,6 @@
 """The streaming session assembler: records in, completed Sessions out, in bounded memory.
 
-Grouping is import's (`wt_otel.sessions.SessionGrouper`), done incrementally:
+Grouping is import's (`wt_otel.ingest.sessions.SessionGrouper`), done incrementally:
 records join a session by trace id, and traces that share a conversation id
 are merged into one session (plain chat instrumentations make every LLM call
 its own trace). A session's key is the first trace id it was seen with and
@@ -45,11 +45,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from wt_otel.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
-from wt_otel.metrics import Metrics
-from wt_otel.session import Session
-from wt_otel.sessions import attach_logs, build_session
-from wt_otel.spans import Record, SpanRecord
+from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
+from wt_otel.ingest.sessions import attach_logs, build_session
+from wt_otel.model.session import Session
+from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.assembler")
 
@@ -114,7 +114,7 @@ class SessionAssembler:
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
                     is_written: Callable[[str], bool] | None = None) -> SessionAssembler:
-        """From a `wt_otel.config.AssemblerConfig`."""
+        """From a `wt_otel.serve.config.AssemblerConfig`."""
         return cls(sink, metrics, idle_timeout=config.idle_timeout, grace=config.grace,
                    max_open_sessions=config.max_open_sessions,
                    max_records_per_session=config.max_records_per_session, late_window=config.late_window,

@@ -1,7 +1,7 @@
 """Automatic replay: the stage after the data dir that turns flagged incidents into replayed scenarios.
 
     store writes a session -> complete and flagged? -> import into <data-dir>/scenarios/<slug>/
-                           -> queue (wt_otel.replay_queue) -> worker: replay, score, ledger row, result spans
+                           -> queue (wt_otel.serve.replay_queue) -> worker: replay, score, ledger row, result spans
 
 Registered as the `auto-replay` processor; `wt-otel serve` builds it from the
 config's `replay` section when `replay.enabled` is true.
@@ -14,7 +14,7 @@ config's `replay` section when `replay.enabled` is true.
 - One worker per serve, since the config names one endpoint: replays run one
   at a time per endpoint, which is also what the fixed universe/LLM ports the
   agent was configured with allow.
-- The worker calls the runner (`wt_otel.runner.run_sweep`), not a copy of it,
+- The worker calls the runner (`wt_otel.replay.runner.run_sweep`), not a copy of it,
   so a replay here writes exactly what `wt-otel run --runs-dir` writes: traces,
   score sidecars, summary.json, a ledger row; then the sweep goes out through
   the `result-spans` exporter when an endpoint is configured.
@@ -35,15 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wt_otel._util.fsutil import unique_slug
 from wt_otel.components import load as load_component
-from wt_otel.config import ReplayConfig, ServeConfig
-from wt_otel.fsutil import unique_slug
-from wt_otel.inject import Runtime, resolve_runtime
-from wt_otel.metrics import Metrics
-from wt_otel.replay_queue import Admission, Job, ReplayQueue
-from wt_otel.runner import RunOptions, SweepResult, error_sweep, run_sweep
-from wt_otel.session import Session
-from wt_otel.sweeps import append_ledger
+from wt_otel.model.session import Session
+from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
+from wt_otel.replay.runtimes import Runtime, resolve_runtime
+from wt_otel.replay.sweeps import append_ledger
+from wt_otel.serve.config import ReplayConfig, ServeConfig
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
 
 log = logging.getLogger("wt_otel.auto_replay")
 

@@ -1,6 +1,6 @@
 """The incident flagger: configurable rules that mark a completed session as an incident.
 
-Rules (`wt_otel.config.FlagRule`) look at the session's spans: an attribute
+Rules (`wt_otel.serve.config.FlagRule`) look at the session's spans: an attribute
 match on any span, span event or log record, a span with status ERROR, or an
 event name. The first matching rule (in config order) sets
 `session.flagged`, `flag_reason` ("rule: key=value") and `flag_ref`, which the
@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from typing import Any
 
-from wt_otel.config import FlaggerConfig, FlagRule
-from wt_otel.metrics import Metrics
-from wt_otel.session import Session
-from wt_otel.spans import STATUS_ERROR, SpanRecord
+from wt_otel.model.session import Session
+from wt_otel.model.spans import STATUS_ERROR, SpanRecord
+from wt_otel.serve.config import FlaggerConfig, FlagRule
+from wt_otel.serve.metrics import Metrics
 
 NEGATIVE_WORDS = frozenset({"negative", "thumbs_down", "thumbs-down", "thumbsdown", "down", "bad", "dislike",
                             "unhelpful", "wrong", "incorrect", "-1", "\N{THUMBS DOWN SIGN}"})

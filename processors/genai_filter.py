@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from wt_otel.metrics import Metrics
-from wt_otel.pipeline import Consumer
-from wt_otel.sessions import FLAG_KEYS
-from wt_otel.spans import LogRecord, Record
+from wt_otel.ingest.sessions import FLAG_KEYS
+from wt_otel.model.spans import LogRecord, Record
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Consumer
 
 PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.", "generic.")
 KEYS = frozenset({"events", "all_messages_events", "input.value", "output.value", *FLAG_KEYS})
@@ -60,7 +60,7 @@ class GenAIFilter:
 
     @classmethod
     def from_config(cls, next: Consumer, config, metrics: Metrics | None = None) -> GenAIFilter:
-        """From a `wt_otel.config.FilterConfig`."""
+        """From a `wt_otel.serve.config.FilterConfig`."""
         return cls(next, metrics, max_known_traces=config.max_known_traces, enabled=config.enabled)
 
     def _remember(self, trace_id: str) -> None:

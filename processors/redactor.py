@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wt_otel.config import RedactorConfig
-from wt_otel.session import Session
+from wt_otel.model.session import Session
+from wt_otel.serve.config import RedactorConfig
 
 BUILTIN_PATTERNS: dict[str, str] = {
     "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",

@@ -23,16 +23,16 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from wt_otel.config import ServeConfig
 from wt_otel.exporters.datadir import DataDirStore, Written
-from wt_otel.metrics import Metrics
-from wt_otel.pipeline import Admission, Pipeline
+from wt_otel.model.session import Session
+from wt_otel.model.spans import Event, Link, SpanRecord
 from wt_otel.processors.assembler import SessionAssembler
 from wt_otel.processors.flagger import IncidentFlagger
 from wt_otel.processors.genai_filter import GenAIFilter
 from wt_otel.processors.redactor import Redactor
-from wt_otel.session import Session
-from wt_otel.spans import Event, Link, SpanRecord
+from wt_otel.serve.config import ServeConfig
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Admission, Pipeline
 
 
 def _value(v: Any) -> Any:

@@ -7,7 +7,7 @@ import json
 
 from conftest import assistant, chat_span, tool, user
 
-from wt_otel.spans import LogRecord, SpanRecord
+from wt_otel.model.spans import LogRecord, SpanRecord
 
 _ids = itertools.count(1)
 RESOURCE = {"service.name": "live-agent"}

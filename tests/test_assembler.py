@@ -8,9 +8,9 @@ from conftest import assistant, user
 from livehelpers import agent, chat, exec_tool, http_span, log_event, tid, weather_session
 
 from wt_otel.exporters.datadir import DataDirStore, read_index
-from wt_otel.metrics import Metrics
 from wt_otel.processors.assembler import SessionAssembler
 from wt_otel.processors.genai_filter import GenAIFilter, is_genai
+from wt_otel.serve.metrics import Metrics
 
 
 class Sink:

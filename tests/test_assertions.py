@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from tracekit import LOOKUP, make_trace
 
-from wt_otel.assertions import AssertionSyntaxError, evaluate, parse_assertions
-from wt_otel.evidence import from_session, from_trace
-from wt_otel.session import Session, ToolExecution
+from wt_otel.model.session import Session, ToolExecution
+from wt_otel.scoring.assertions import AssertionSyntaxError, evaluate, parse_assertions
+from wt_otel.scoring.evidence import from_session, from_trace
 
 ORDER = ("lookup_order", {"order_id": "A-1"}, {"status": "delivered", "amount": 40})
 VERIFY = ("verify_identity", {"user": "u1"}, {"verified": True})

@@ -1,6 +1,6 @@
 """Automatic replay in `wt-otel serve`: a flagged incident in live telemetry becomes a replayed, scored scenario.
 
-Real parts throughout: serve's own wiring in-process (`wt_otel.serve.Server`, what the command runs), the
+Real parts throughout: serve's own wiring in-process (`wt_otel.serve.server.Server`, what the command runs), the
 reference agent live as its own process with its OTel GenAI instrumentation exporting OTLP/HTTP to serve
 (model: the scripted fake LLM of tests/fixtures/producers/_common; tools: a CRM MCP server), the same agent
 in a thread as the replay candidate (tools and model: what the replay serves, so no fake LLM at replay
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from fake_openai import FIRST_ANSWER, Handler  # tests/fixtures/producers/_common, put on sys.path by conftest
 
-from wt_otel.config import AssemblerConfig, ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
 from wt_otel.exporters.datadir import read_index
-from wt_otel.replay_queue import QUEUE_FILE, read_events
-from wt_otel.serve import Server
+from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
+from wt_otel.serve.replay_queue import QUEUE_FILE, read_events
+from wt_otel.serve.server import Server
 
 pytest.importorskip("agents", reason="openai-agents is a test dependency")
 
@@ -307,12 +307,12 @@ def test_an_agent_endpoint_that_is_down_is_an_error_row_and_span_and_is_not_retr
 
 
 def test_outcome_scorer_names_are_checked_against_the_whitelist() -> None:
-    from wt_otel.config import ConfigError, load_serve_config
+    from wt_otel.serve.config import ConfigError, load_serve_config
 
     with pytest.raises(ConfigError, match=r"unknown outcome scorer\(s\) \['os.system'\]"):
         load_serve_config(None, {"replay.outcome_scorers": ["os.system"]})
     from wt_otel.exporters.scenario import scorer_py
-    from wt_otel.session import Session
+    from wt_otel.model.session import Session
 
     with pytest.raises(ValueError, match="outcome scorers must be some of"):
         scorer_py(Session(key="k"), ["no_divergence", "exec"])

@@ -17,7 +17,10 @@ import pytest
 from chat_agent import run_conversation
 from opentelemetry.trace import NoOpTracer
 
-from wt_otel.cassette_server import (
+from wt_otel.contracts.cassette import load_cassette
+from wt_otel.exporters.scenario_dir import ScenarioDirWriter
+from wt_otel.ingest.importer import import_dumps
+from wt_otel.replay.cassette_server import (
     DIVERGENCE_CODE,
     DIVERGENCE_STATUS,
     IGNORED_FIELDS,
@@ -25,9 +28,6 @@ from wt_otel.cassette_server import (
     CassetteServer,
     http_status,
 )
-from wt_otel.contracts.cassette import load_cassette
-from wt_otel.exporters.scenario_dir import ScenarioDirWriter
-from wt_otel.importer import import_dumps
 
 PRODUCERS = Path(__file__).parent / "fixtures" / "producers"
 SPAN_ATTRS = PRODUCERS / "openai-v2-span-attrs" / "dump.otlp.jsonl"

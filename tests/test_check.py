@@ -11,9 +11,9 @@ import yaml
 from click.testing import CliRunner
 from test_producers import EXPECT, PRODUCERS
 
-from wt_otel.check import CheckInputError, SuiteError, load_suite, run_check
 from wt_otel.cli import main
-from wt_otel.results import SweepResult
+from wt_otel.contracts.results import SweepResult
+from wt_otel.scoring.check import CheckInputError, SuiteError, load_suite, run_check
 
 SPAN_ATTRS = PRODUCERS / "openai-v2-span-attrs" / "dump.otlp.jsonl"
 TWO_LOOKUPS = {"type": "tool-sequence", "mode": "exact", "tools": ["client_lookup", "client_lookup"]}

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from test_inject import VALID_SURFACE, FakeAgent, free_port, serve
 
 from wt_otel.cli import main
-from wt_otel.conformance import RECALL_PROBES, run_conformance
+from wt_otel.replay.conformance import RECALL_PROBES, run_conformance
 
 SETTLE_S = 0.3  # the async-reset fault clears after 0.1 s
 

@@ -28,7 +28,7 @@ from wt_otel.contracts import (
 )
 from wt_otel.contracts.envelope import TextPart
 from wt_otel.contracts.problems import json_path
-from wt_otel.trace import load_trace
+from wt_otel.contracts.run import load_trace
 
 T1, T2 = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -10,7 +10,7 @@ from livehelpers import tid, weather_session
 
 from wt_otel.contracts import validate_data
 from wt_otel.exporters.datadir import DataDirLocked, DataDirStore, read_index
-from wt_otel.sessions import build_session
+from wt_otel.ingest.sessions import build_session
 
 FILES = ["IMPORTED.md", "fixture.universe.json", "incident.wtin.json", "llm.cassette.json", "scenario.yaml",
          "scorer.py"]

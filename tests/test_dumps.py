@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from test_otlp import collector_json, sdk_logs, sdk_traces
 
-from wt_otel.dumps import (
+from wt_otel.ingest.dumps import (
     MAX_RECORD_BYTES,
     DumpFormatError,
     DumpReadError,
@@ -23,8 +23,8 @@ from wt_otel.dumps import (
     sdk_span_id,
     sdk_trace_id,
 )
-from wt_otel.otlp import logs_from_request, spans_from_request
-from wt_otel.spans import LogRecord, SpanRecord
+from wt_otel.ingest.otlp import logs_from_request, spans_from_request
+from wt_otel.model.spans import LogRecord, SpanRecord
 
 AGENTS_FIXTURE = Path(__file__).parent / "fixtures/producers/agents-sdk-jsonl/trace.agents.jsonl"
 

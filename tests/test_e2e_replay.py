@@ -36,11 +36,11 @@ from fake_openai import FIRST_ANSWER, Handler  # tests/fixtures/producers/_commo
 from junitparser import JUnitXml
 
 from wt_otel.cli import main
+from wt_otel.contracts.run import Trace, load_trace
 from wt_otel.contracts.universe import load_universe
-from wt_otel.mcp_server import UniverseMCPServer
-from wt_otel.trace import Trace, load_trace
-from wt_otel.universe import RecordedUniverse
-from wt_otel.verdict import BYPASS
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
+from wt_otel.scoring.verdict import BYPASS
 
 pytest.importorskip("agents", reason="openai-agents is a test dependency")
 

@@ -8,14 +8,14 @@ import pytest
 from conftest import assistant, user
 from livehelpers import chat, exec_tool, tid, weather_session
 
-from wt_otel.config import FlaggerConfig, FlagRule, RedactionPattern, RedactorConfig, load_serve_config
 from wt_otel.exporters.envelope import envelope
 from wt_otel.exporters.universe import universe
-from wt_otel.metrics import Metrics
+from wt_otel.ingest.sessions import attach_logs, build_session
+from wt_otel.model.spans import STATUS_ERROR, Event
 from wt_otel.processors.flagger import IncidentFlagger
 from wt_otel.processors.redactor import Redactor, luhn_ok
-from wt_otel.sessions import attach_logs, build_session
-from wt_otel.spans import STATUS_ERROR, Event
+from wt_otel.serve.config import FlaggerConfig, FlagRule, RedactionPattern, RedactorConfig, load_serve_config
+from wt_otel.serve.metrics import Metrics
 
 
 def built(spans):

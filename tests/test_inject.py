@@ -20,20 +20,9 @@ from typing import Any
 
 import pytest
 
-from wt_otel.inject import (
-    DEFAULT_URL,
-    ContractViolation,
-    HttpInjectRuntime,
-    PythonRuntime,
-    ResetFailed,
-    Runtime,
-    RuntimeSpecError,
-    ToolCall,
-    TurnResult,
-    new_session_id,
-    resolve_runtime,
-)
-from wt_otel.trace import Turn
+from wt_otel.contracts.inject import DEFAULT_URL, ContractViolation, ResetFailed, RuntimeSpecError, ToolCall, TurnResult
+from wt_otel.contracts.run import Turn
+from wt_otel.replay.runtimes import HttpInjectRuntime, PythonRuntime, Runtime, new_session_id, resolve_runtime
 
 VALID_SURFACE = {
     "system_instructions": [{"type": "text", "content": "You are the operations assistant for Bluewing."}],

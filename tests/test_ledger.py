@@ -13,10 +13,10 @@ from test_run import ScriptedAgent, sweep, write_scenario
 
 from wt_otel import __version__
 from wt_otel.components import load
+from wt_otel.contracts.results import LAYERS, LedgerRow, ScenarioResult, SweepResult
 from wt_otel.exporters.ledger import rows_for
-from wt_otel.inject import PythonRuntime
-from wt_otel.results import LAYERS, LedgerRow, ScenarioResult, SweepResult
-from wt_otel.sweeps import git_sha
+from wt_otel.replay.runtimes import PythonRuntime
+from wt_otel.replay.sweeps import git_sha
 
 Ledger = load("exporters", "ledger")
 
@@ -72,7 +72,7 @@ WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from wt_otel.components import load
-    from wt_otel.results import LedgerRow
+    from wt_otel.contracts.results import LedgerRow
     who, path, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     rows = [LedgerRow(ts="2026-01-01T00:00:00Z", sweep_id=f"{who}-{i}", scenario_id="s", verdict="PASS",
                       detail=who * 20000) for i in range(n)]  # each line far bigger than PIPE_BUF

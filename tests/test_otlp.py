@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
 
-from wt_otel.otlp import (
+from wt_otel.ingest.otlp import (
     OtlpJsonError,
     check_protobuf_backend,
     logs_from_json,
@@ -29,7 +29,7 @@ from wt_otel.otlp import (
     spans_from_json,
     spans_from_request,
 )
-from wt_otel.spans import LogRecord, SpanRecord
+from wt_otel.model.spans import LogRecord, SpanRecord
 
 KVLIST = {"role": "user", "parts": [{"type": "text", "content": "hi"}], "n": 7, "none": None}
 

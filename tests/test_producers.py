@@ -17,7 +17,7 @@ import yaml
 
 from wt_otel.components import load
 from wt_otel.contracts import validate_file
-from wt_otel.importer import import_dumps
+from wt_otel.ingest.importer import import_dumps
 
 PRODUCERS = Path(__file__).parent / "fixtures" / "producers"
 FIRST_ASK = "What is the email on file for Bluewing?"

@@ -40,11 +40,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from wt_otel.metrics import Metrics
-from wt_otel.pipeline import Pipeline
-from wt_otel.receivers import Receivers, ReceiversConfig, start_receivers
-from wt_otel.receivers.common import gunzip_capped, retry_info_bytes, rpc_status_bytes
-from wt_otel.spans import LogRecord, SpanRecord
+from wt_otel.model.spans import LogRecord, SpanRecord
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Pipeline
+from wt_otel.serve.receivers import Receivers, ReceiversConfig, start_receivers
+from wt_otel.serve.receivers.common import gunzip_capped, retry_info_bytes, rpc_status_bytes
 
 TIMEOUT = 10.0
 PB = "application/x-protobuf"

@@ -30,8 +30,8 @@ import pytest
 from fake_openai import FIRST_ANSWER, Handler  # tests/fixtures/producers/_common, put on sys.path by conftest
 
 from wt_otel.contracts.universe import load_universe
-from wt_otel.mcp_server import UniverseMCPServer
-from wt_otel.universe import RecordedUniverse
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # examples/ is not an installed package

@@ -10,8 +10,8 @@ from pathlib import Path
 from test_run import cli
 
 from wt_otel.components import load
-from wt_otel.report import build_report, render_html, render_markdown, sparkline
-from wt_otel.results import LedgerRow
+from wt_otel.contracts.results import LedgerRow
+from wt_otel.reporting.report import build_report, render_html, render_markdown, sparkline
 
 NOW = datetime(2026, 1, 2, 0, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script>&amp; | pipe \x01'

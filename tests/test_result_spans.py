@@ -25,14 +25,14 @@ from test_run import cli
 from test_run import write_scenario as write_runnable
 
 from wt_otel.components import load
+from wt_otel.contracts.results import LayerResult, RunScore, ScenarioResult, SweepResult
+from wt_otel.contracts.run import Evidence, Integrity, McpCall, Timings, ToolCall, Trace, Turn, load_trace
 from wt_otel.exporters.result_spans import GRACE_S, OtlpTarget, ResultSpansExporter, parse_headers, read_incident
 from wt_otel.exporters.span_plan import ScenarioEvidence, incident_link, iso_ns, place_tool_calls, plan_sweep
-from wt_otel.metrics import Metrics
-from wt_otel.pipeline import Pipeline
-from wt_otel.receivers import ReceiversConfig, start_receivers
-from wt_otel.results import LayerResult, RunScore, ScenarioResult, SweepResult
-from wt_otel.spans import SpanRecord
-from wt_otel.trace import Evidence, Integrity, McpCall, Timings, ToolCall, Trace, Turn, load_trace
+from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Pipeline
+from wt_otel.serve.receivers import ReceiversConfig, start_receivers
 
 TIMEOUT = 10.0
 TOKEN = "s3cret"

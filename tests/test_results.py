@@ -18,8 +18,8 @@ from junitparser import Error, Failure, JUnitXml, Properties, TestCase, TestSuit
 from test_run import ScriptedAgent, cli, free_port, sweep, write_scenario
 
 from wt_otel.components import load
-from wt_otel.inject import PythonRuntime
-from wt_otel.results import LayerResult, LedgerRow, RunScore, ScenarioResult, SweepResult
+from wt_otel.contracts.results import LayerResult, LedgerRow, RunScore, ScenarioResult, SweepResult
+from wt_otel.replay.runtimes import PythonRuntime
 
 HOSTILE = 'a<b>&"c\' ]]> \x00\x01\x07\x1b[31m\x0b\x0c\ud800 \ufffe end </testcase><!-- \u2603'
 

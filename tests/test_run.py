@@ -25,11 +25,11 @@ from click.testing import CliRunner
 from mcp import Client
 
 from wt_otel.cli import main
-from wt_otel.inject import HttpInjectRuntime, PythonRuntime
-from wt_otel.runner import ENV_LLM_BASE_URL, ENV_UNIVERSE_URL, RunOptions, Sweep, SweepResult, load_all
-from wt_otel.scenarios import NoScenarios, find_scenarios
-from wt_otel.trace import McpCall, ToolCall, Trace, Turn, load_trace
-from wt_otel.verdict import BYPASS, check_witness, run_integrity
+from wt_otel.contracts.run import McpCall, ToolCall, Trace, Turn, load_trace
+from wt_otel.replay.runner import ENV_LLM_BASE_URL, ENV_UNIVERSE_URL, RunOptions, Sweep, SweepResult, load_all
+from wt_otel.replay.runtimes import HttpInjectRuntime, PythonRuntime
+from wt_otel.replay.scenarios import NoScenarios, find_scenarios
+from wt_otel.scoring.verdict import BYPASS, check_witness, run_integrity
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 UNIVERSE = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tracekit import LOOKUP, make_trace
 
-from wt_otel.results import LayerResult
+from wt_otel.contracts.results import LayerResult
 from wt_otel.scorers import (
     all_of,
     any_of,

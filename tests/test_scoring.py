@@ -12,10 +12,10 @@ from test_run import ScriptedAgent, sweep, write_scenario
 from tracekit import LOOKUP, make_trace
 
 from wt_otel.contracts.problems import ContractError
+from wt_otel.contracts.results import RunScore
 from wt_otel.contracts.scenario import load_scenario
-from wt_otel.inject import PythonRuntime
-from wt_otel.results import RunScore
-from wt_otel.scoring import ScenarioChecks, aggregate, score_run, score_scenario
+from wt_otel.replay.runtimes import PythonRuntime
+from wt_otel.scoring.layers import ScenarioChecks, aggregate, score_run, score_scenario
 
 SCORER_OK = '''
 from wt_otel.scorers import all_of, target_facts

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import assistant, chat_span, tool, user
 
-from wt_otel.dumps import read_dump
-from wt_otel.sessions import SessionGrouper, build_session
+from wt_otel.ingest.dumps import read_dump
+from wt_otel.ingest.sessions import SessionGrouper, build_session
 
 
 def sessions_of(path: Path):
@@ -177,7 +177,7 @@ def test_error_span_and_flag(otlp_dump):
 
 def test_log_records_reach_their_span_as_events(tmp_path):
     """openai-v2's default mode: content only in logs linked by traceId/spanId."""
-    from wt_otel.spans import LogRecord, SpanRecord
+    from wt_otel.model.spans import LogRecord, SpanRecord
 
     span = SpanRecord(trace_id="a" * 32, span_id="b" * 16, name="chat m", attributes={"gen_ai.operation.name": "chat"})
     logs = [LogRecord(event_name="gen_ai.user.message", trace_id="a" * 32, span_id="b" * 16, time_ns=1,

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from wt_otel.cli import main
 from wt_otel.contracts.problems import ContractError
 from wt_otel.contracts.universe import load_universe
-from wt_otel.universe import RecordedUniverse, empty_result, freeze_universe
+from wt_otel.replay.universe import RecordedUniverse, empty_result, freeze_universe
 
 
 def make(recordings: list[dict], matching: dict | None = None, tools: list[dict] | None = None, **kw: Any):
@@ -84,7 +84,7 @@ def test_lookups_are_indexed_not_scanned() -> None:
 
 def test_fail_call_is_the_default_and_logs_divergence(caplog: pytest.LogCaptureFixture) -> None:
     u = make(LOOKUP)
-    with caplog.at_level(logging.WARNING, logger="wt_otel.universe"):
+    with caplog.at_level(logging.WARNING, logger="wt_otel.replay.universe"):
         a = u.call("lookup", {"query": "Nobody"})
     assert a.is_error and a.match == "fail_call"
     assert a.result == {"error": "no_recorded_result", "tool": "lookup", "args": {"query": "Nobody"}}
@@ -124,7 +124,7 @@ def test_nearest_picks_most_shared_pairs_then_recording_order() -> None:
 
 def test_nearest_never_answers_with_zero_overlap(caplog: pytest.LogCaptureFixture) -> None:
     u = make(LOOKUP, {"on_miss": "nearest"})
-    with caplog.at_level(logging.WARNING, logger="wt_otel.universe"):
+    with caplog.at_level(logging.WARNING, logger="wt_otel.replay.universe"):
         a = u.call("lookup", {"query": "Nobody", "region": "apac"})
     assert a.is_error and a.match == "fail_call" and a.recording is None
     assert a.result["error"] == "no_recorded_result" and "shares an argument" in a.result["detail"]

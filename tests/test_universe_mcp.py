@@ -20,8 +20,8 @@ import pytest
 from mcp import Client
 
 from wt_otel.contracts.universe import load_universe
-from wt_otel.mcp_server import UniverseMCPServer
-from wt_otel.universe import RecordedUniverse
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
 
 OBJ = {"type": "object"}
 UNIVERSE = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wt_otel.trace import Trace
+from wt_otel.contracts.run import Trace
 
 Call = tuple[str, dict[str, Any], Any] | tuple[str, dict[str, Any], Any, str]
 

@@ -52,8 +52,9 @@ class _WtSession:
     """The one sweep a pytest session is: built at collection, finished at session end."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from wt_otel.inject import RuntimeSpecError, resolve_runtime
-        from wt_otel.runner import RunOptions, Sweep
+        from wt_otel.contracts.inject import RuntimeSpecError
+        from wt_otel.replay.runner import RunOptions, Sweep
+        from wt_otel.replay.runtimes import resolve_runtime
 
         opt = config.option
         try:
@@ -68,9 +69,9 @@ class _WtSession:
         self.loaded: list[Any] = []
 
     def run(self, scenario_dir: Path, position: str) -> Any:
-        from wt_otel.packs import PackCache
-        from wt_otel.scenarios import load_scenario_dir
-        from wt_otel.sweeps import membership, scenario_record
+        from wt_otel.replay.packs import PackCache
+        from wt_otel.replay.scenarios import load_scenario_dir
+        from wt_otel.replay.sweeps import membership, scenario_record
 
         loaded = load_scenario_dir(scenario_dir, need_cassette=self.options.llm == "replay")
         result = self.sweep.run_scenario(loaded, position)
@@ -132,7 +133,7 @@ class ScenarioCollector(pytest.Collector):
         self.dirs = dirs
 
     def collect(self) -> list[pytest.Item]:
-        from wt_otel.scenarios import NoScenarios, find_scenarios, load_scenario_dir
+        from wt_otel.replay.scenarios import NoScenarios, find_scenarios, load_scenario_dir
 
         try:
             found = find_scenarios(self.dirs)

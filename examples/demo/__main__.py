@@ -33,10 +33,10 @@ from pathlib import Path
 import yaml
 
 from wt_otel.components import load as load_component
-from wt_otel.config import ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
-from wt_otel.results import ScenarioResult, SweepResult
-from wt_otel.serve import Server
-from wt_otel.spans import SpanRecord
+from wt_otel.contracts.results import ScenarioResult, SweepResult
+from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.config import ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
+from wt_otel.serve.server import Server
 
 from ..agent import AgentConfig, start_in_thread
 from .fake_llm import FakeLLM

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from wt_otel.contracts.universe import load_universe
-from wt_otel.mcp_server import UniverseMCPServer
-from wt_otel.metrics import Metrics
-from wt_otel.pipeline import Admission
-from wt_otel.receivers import start_receivers
-from wt_otel.receivers.config import ReceiversConfig
-from wt_otel.spans import Record, SpanRecord
-from wt_otel.universe import RecordedUniverse
+from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Admission
+from wt_otel.serve.receivers import start_receivers
+from wt_otel.serve.receivers.config import ReceiversConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CRM = {

@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 
-from wt_otel.config import AssemblerConfig, ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
 from wt_otel.exporters.datadir import read_index
-from wt_otel.replay_queue import QUEUE_FILE, read_events
-from wt_otel.serve import Server
+from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ReplayConfig, ReplayResultsConfig, ServeConfig
+from wt_otel.serve.replay_queue import QUEUE_FILE, read_events
+from wt_otel.serve.server import Server
 
 from .phoenix import ARTIFACTS, DOCS_SCREENSHOT, REPO, Phoenix, render_page, running_phoenix
 

@@ -29,8 +29,8 @@ def conformance(ctx: click.Context, url: str | None, timeout_s: float | None) ->
     Exit status: 0 conforming; 1 a check failed or the endpoint is
     unreachable; 2 usage (bad URL or timeout).
     """
-    from wt_otel.conformance import run_conformance
-    from wt_otel.inject import RuntimeSpecError
+    from wt_otel.contracts.inject import RuntimeSpecError
+    from wt_otel.replay.conformance import run_conformance
 
     try:
         report = run_conformance(url, timeout_s, emit=click.echo)

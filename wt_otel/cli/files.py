@@ -11,8 +11,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
 from wt_otel.contracts.validate import KINDS, UnreadableFile, find_files, json_schema, validate_file
-from wt_otel.dumps import DumpFormatError, DumpReadError
-from wt_otel.importer import FORMATS, ImportAborted, import_dumps
+from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
+from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
 
 @click.command()

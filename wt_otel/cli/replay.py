@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
-from wt_otel.selection import selection_options
+from wt_otel.replay.selection import selection_options
 
 
 @click.command("run")
@@ -85,12 +85,13 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     import logging
     import sys
 
-    from wt_otel.inject import RuntimeSpecError, resolve_runtime
-    from wt_otel.packs import PackError
-    from wt_otel.runner import RunOptions, Sweep, load_all
-    from wt_otel.scenarios import NoScenarios, find_scenarios
-    from wt_otel.selection import EmptySelection, from_options
-    from wt_otel.sweeps import infer_format, select_scenarios, write_results
+    from wt_otel.contracts.inject import RuntimeSpecError
+    from wt_otel.replay.packs import PackError
+    from wt_otel.replay.runner import RunOptions, Sweep, load_all
+    from wt_otel.replay.runtimes import resolve_runtime
+    from wt_otel.replay.scenarios import NoScenarios, find_scenarios
+    from wt_otel.replay.selection import EmptySelection, from_options
+    from wt_otel.replay.sweeps import infer_format, select_scenarios, write_results
 
     try:
         fmt = infer_format(fmt, out)
@@ -118,7 +119,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         click.echo(f"warning: {warning}", err=True)
     scenarios = selected.items
     # divergence is recorded in every trace and summed up per scenario below; no log line mid-progress
-    universe_log = logging.getLogger("wt_otel.universe")
+    universe_log = logging.getLogger("wt_otel.replay.universe")
     saved_level = universe_log.level
     universe_log.setLevel(logging.ERROR)
     console = Console(stderr=True)
@@ -184,9 +185,9 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     Unreadable ledger lines (a torn last line after a crash) are skipped with
     a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
     """
-    from wt_otel.fsutil import atomic_write
-    from wt_otel.report import build_report, render
-    from wt_otel.sweeps import LEDGER_FILE
+    from wt_otel._util.fsutil import atomic_write
+    from wt_otel.replay.sweeps import LEDGER_FILE
+    from wt_otel.reporting.report import build_report, render
 
     path = runs_dir / LEDGER_FILE
     read = load_component("exporters", "ledger")(path).read()
@@ -237,7 +238,7 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
     Exit status: 0 every test passed; 1 a test failed; 2 an invalid suite
     (each problem with its YAML path), an unreadable trace, or bad flags.
     """
-    from wt_otel.check import CheckInputError, SuiteError, run_check
+    from wt_otel.scoring.check import CheckInputError, SuiteError, run_check
 
     if fmt == "text" and out is not None:
         suffix = out.suffix.lower()
@@ -248,7 +249,7 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
     if fmt != "text" and out is None:
         click.echo(f"error: --format {fmt} needs --out FILE", err=True)
         ctx.exit(2)
-    from wt_otel.selection import Candidate, EmptySelection, from_options, select
+    from wt_otel.replay.selection import Candidate, EmptySelection, from_options, select
 
     selection, notes = from_options(**selectors), []
 

@@ -57,9 +57,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     import signal
     import threading
 
-    from wt_otel.config import ConfigError, load_serve_config
-    from wt_otel.otlp import check_protobuf_backend
-    from wt_otel.serve import Server, ServeStartError
+    from wt_otel.ingest.otlp import check_protobuf_backend
+    from wt_otel.serve.config import ConfigError, load_serve_config
+    from wt_otel.serve.server import Server, ServeStartError
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop

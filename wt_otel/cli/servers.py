@@ -28,8 +28,8 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None
     import threading
 
     from wt_otel.contracts.problems import ContractError
-    from wt_otel.mcp_server import UniverseMCPServer
-    from wt_otel.universe import RecordedUniverse
+    from wt_otel.replay.mcp_server import UniverseMCPServer
+    from wt_otel.replay.universe import RecordedUniverse
 
     def show(entry: dict) -> None:
         args = json.dumps(entry["args"], ensure_ascii=False)
@@ -76,7 +76,7 @@ def universe_freeze(ctx: click.Context, call_log: Path, tools_from: Path, out: P
     """
     from wt_otel.contracts.problems import ContractError
     from wt_otel.contracts.universe import load_universe
-    from wt_otel.universe import freeze_universe
+    from wt_otel.replay.universe import freeze_universe
 
     try:
         data = json.loads(call_log.read_text(encoding="utf-8"))
@@ -126,7 +126,7 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
     """
     import threading
 
-    from wt_otel.cassette_server import CassetteServer
+    from wt_otel.replay.cassette_server import CassetteServer
 
     def line(entry: dict) -> None:
         if entry["event"] == "llm_divergence":

@@ -69,7 +69,7 @@ class Fixtures(_Strict):
 
 
 class Assertion(ContractModel):
-    """One check in the trace2test vocabulary (`wt_otel.assertions`): the keys
+    """One check in the trace2test vocabulary (`wt_otel.scoring.assertions`): the keys
     beyond `type` are kept here and checked strictly by the Scenario validator."""
 
     type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool-sequence")]
@@ -116,7 +116,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _assertions_and_gates(self) -> Scenario:
-        from wt_otel.assertions import AssertionSyntaxError, parse_assertions  # lazy: assertions imports trace
+        from wt_otel.scoring.assertions import AssertionSyntaxError, parse_assertions  # lazy: assertions imports trace
 
         errors: list[tuple[tuple[str | int, ...], str]] = []
         try:

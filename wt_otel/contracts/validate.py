@@ -63,8 +63,8 @@ _LINTERS: dict[str, Callable[[Any], list[Problem]]] = {"envelope": lint_envelope
 
 
 def _trace_module() -> Any:
-    """wt_otel.trace (a run's record) lives outside this package and imports it: import it on use."""
-    from wt_otel import trace
+    """wt_otel.contracts.run (a run's record) lives outside this package and imports it: import it on use."""
+    from wt_otel.contracts import run as trace
 
     return trace
 

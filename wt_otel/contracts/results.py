@@ -1,0 +1,119 @@
+"""What a sweep produces, as data: layer results, run scores, scenario results, the sweep.
+
+The scoring side (`wt_otel.scorers`, `wt_otel.scoring.assertions`, `wt_otel.scoring.verdict`)
+fills these; the reporting side (terminal table, JUnit, JSON, ledger, spans)
+only reads them. They are also file formats (`results.json`, the ledger row,
+the per-run score sidecar), hence pydantic models with generated schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LAYERS = ("outcome", "trajectory", "constraint", "integrity")
+Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LayerResult(_Model):
+    """One layer of one run: did it pass, and why (the detail names the evidence used)."""
+
+    passed: bool
+    detail: str = ""
+
+
+class RunScore(_Model):
+    """The per-run score sidecar (`run-<n>.score.json` next to `run-<n>.trace.json`)."""
+
+    wt_score: Literal[1] = 1
+    scenario_id: str
+    run_index: int
+    run_id: str
+    layers: dict[str, LayerResult] = Field(default_factory=dict)
+    gate: list[str] = Field(default_factory=lambda: ["outcome"])
+    passed: bool = False  # every gated layer passed and integrity held
+    trace_path: str | None = None
+
+
+class ScenarioResult(_Model):
+    """One scenario over its runs in one sweep: one ledger row, one JUnit testcase."""
+
+    scenario_id: str
+    pack: str | None = None
+    owner: str | None = None
+    label: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    origin: str | None = None
+    model: str | None = None
+    sampler: dict[str, Any] = Field(default_factory=dict)
+    verdict: Verdict
+    detail: str | None = None
+    runs: int = 0
+    runs_passed: int = 0
+    layer_pass_rates: dict[str, float] = Field(default_factory=dict)
+    gate: list[str] = Field(default_factory=lambda: ["outcome"])
+    run_ids: list[str] = Field(default_factory=list)
+    scores: list[RunScore] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class SweepResult(_Model):
+    """A whole `wt-otel run` / `wt-otel check`: the `--format json` document."""
+
+    wt_results: Literal[1] = 1
+    sweep_id: str
+    started_at: str
+    finished_at: str | None = None
+    selection: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+    git_sha: str | None = None
+    wt_version: str | None = None
+    scenarios: list[ScenarioResult] = Field(default_factory=list)
+    stopped: str | None = None  # why the sweep stopped early (circuit breaker), if it did
+
+    @property
+    def ok(self) -> bool:
+        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+
+
+class LedgerRow(_Model):
+    """One line of `<runs-dir>/ledger.ndjsonl`: one scenario in one sweep, ERROR rows included.
+
+    The ledger is the queryable index over time (trends, flakiness, "green
+    since"), so a row carries everything a report groups or filters by and
+    never the deep evidence (that stays in the per-run trace and score files,
+    reachable through `run_ids`). Readers tolerate unknown keys, so later
+    versions can add fields without breaking older reports.
+    """
+
+    wt_ledger: Literal[1] = 1
+    ts: str  # when this row was written (ISO 8601, UTC)
+    sweep_id: str
+    scenario_id: str
+    pack: str | None = None
+    owner: str | None = None
+    label: str | None = None
+    model: str | None = None
+    sampler: dict[str, Any] = Field(default_factory=dict)
+    verdict: Verdict
+    detail: str | None = None
+    runs: int = 0
+    runs_passed: int = 0
+    layer_pass_rates: dict[str, float] = Field(default_factory=dict)
+    run_ids: list[str] = Field(default_factory=list)
+    origin: str | None = None
+    git_sha: str | None = None
+    wt_version: str | None = None
+
+    @classmethod
+    def from_result(cls, sweep: SweepResult, result: ScenarioResult, ts: str) -> LedgerRow:
+        return cls(ts=ts, sweep_id=sweep.sweep_id, scenario_id=result.scenario_id, pack=result.pack,
+                   owner=result.owner, label=result.label or sweep.label, model=result.model, sampler=result.sampler,
+                   verdict=result.verdict, detail=result.detail, runs=result.runs, runs_passed=result.runs_passed,
+                   layer_pass_rates=result.layer_pass_rates, run_ids=result.run_ids, origin=result.origin,
+                   git_sha=sweep.git_sha, wt_version=sweep.wt_version)

@@ -1,0 +1,183 @@
+"""Attribute reading every dialect shares: model, provider, sampler, usage, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wt_otel.model.session import LLMCall
+from wt_otel.model.spans import STATUS_ERROR, SpanRecord
+
+INFERENCE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion", "responses"})
+
+_SAMPLER_KEYS = {
+    "temperature": ("gen_ai.request.temperature", "llm.request.temperature"),
+    "top_p": ("gen_ai.request.top_p", "llm.request.top_p", "llm.top_p"),
+    "top_k": ("gen_ai.request.top_k",),
+    "max_tokens": ("gen_ai.request.max_tokens", "llm.request.max_tokens"),
+    "seed": ("gen_ai.request.seed",),
+    "frequency_penalty": ("gen_ai.request.frequency_penalty", "llm.frequency_penalty"),
+    "presence_penalty": ("gen_ai.request.presence_penalty", "llm.presence_penalty"),
+    "stop_sequences": ("gen_ai.request.stop_sequences",),
+}
+_USAGE_KEYS = {
+    "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt",
+                     "llm.usage.prompt_tokens"),
+    "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                      "llm.token_count.completion", "llm.usage.completion_tokens"),
+    "total_tokens": ("llm.usage.total_tokens", "llm.token_count.total", "gen_ai.usage.total_tokens"),
+}
+CONVERSATION_KEYS = (
+    "gen_ai.conversation.id",
+    "session.id",
+    "gen_ai.session.id",
+    "traceloop.association.properties.session_id",
+    "traceloop.association.properties.conversation_id",
+    "traceloop.association.properties.thread_id",
+    "traceloop.association.properties.chat_id",
+    "openai_agents.group_id",
+    "generic.group_id",
+    "thread.id",
+    "langfuse.session.id",
+)
+
+
+def first(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        v = attrs.get(k)
+        if v is not None and v != "":
+            return v
+    return None
+
+
+def as_list(value: Any) -> list[Any] | None:
+    """A message/definition list given as structured AnyValue or as a JSON string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if isinstance(value, dict):
+        return [value]
+    return value if isinstance(value, list) else None
+
+
+def operation(span: SpanRecord) -> str | None:
+    op = span.attributes.get("gen_ai.operation.name")
+    if isinstance(op, str):
+        return op
+    head = span.name.split(" ", 1)[0]
+    return head if head in INFERENCE_OPERATIONS or head in ("execute_tool", "invoke_agent") else None
+
+
+def conversation_id(attrs: dict[str, Any]) -> str | None:
+    v = first(attrs, CONVERSATION_KEYS)
+    return str(v) if v is not None else None
+
+
+def base_call(span: SpanRecord, dialect: str) -> LLMCall:
+    """An LLMCall with everything but the messages filled from common attributes."""
+    a = span.attributes
+    call = LLMCall(span_id=span.span_id, trace_id=span.trace_id, dialect=dialect,
+                   start_ns=span.start_ns, end_ns=span.end_ns)
+    model = first(a, ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name", "llm.request.model"))
+    call.model = str(model) if model is not None else None
+    provider = first(a, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"))
+    call.provider = str(provider).lower() if provider is not None else None
+    for name, keys in _SAMPLER_KEYS.items():
+        v = first(a, keys)
+        if v is not None:
+            call.sampler[name] = v
+    params = a.get("llm.invocation_parameters")
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except ValueError:
+            params = None
+    if isinstance(params, dict):
+        for k in ("temperature", "top_p", "max_tokens", "seed"):
+            if k in params and k not in call.sampler:
+                call.sampler[k] = params[k]
+    for name, keys in _USAGE_KEYS.items():
+        v = first(a, keys)
+        if isinstance(v, int | float) or (isinstance(v, str) and v.isdigit()):
+            call.usage[name] = int(v)
+    if "total_tokens" not in call.usage and {"input_tokens", "output_tokens"} <= call.usage.keys():
+        call.usage["total_tokens"] = call.usage["input_tokens"] + call.usage["output_tokens"]
+    reasons = a.get("gen_ai.response.finish_reasons")
+    if isinstance(reasons, list):
+        call.finish_reasons = [str(r) for r in reasons]
+    stream = first(a, ("gen_ai.request.stream", "llm.is_streaming"))
+    if isinstance(stream, bool):
+        call.stream = stream
+    call.error_type, call.error_message = span_error(span)
+    call.conversation_id = conversation_id(a)
+    definitions = a.get("gen_ai.tool.definitions")
+    if definitions is not None:
+        call.tool_definitions = [d for d in map(tool_definition, as_list(definitions) or []) if d]
+    return call
+
+
+def span_error(span: SpanRecord) -> tuple[str | None, str | None]:
+    """(error type, message) from status, `error.type` and the exception event."""
+    etype = span.attributes.get("error.type")
+    message = span.status_message or None
+    for ev in span.events:
+        if ev.name == "exception":
+            etype = etype or ev.attributes.get("exception.type")
+            message = message or ev.attributes.get("exception.message")
+    if span.status_code != STATUS_ERROR and etype is None:
+        return None, None
+    return (str(etype) if etype else "Error"), (str(message) if message else None)
+
+
+def tool_definition(d: Any) -> dict[str, Any] | None:
+    """A tool definition in any of the common shapes -> {name, description, input_schema}."""
+    if not isinstance(d, dict):
+        return None
+    fn = d.get("function") if isinstance(d.get("function"), dict) else d
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    schema = fn.get("parameters", fn.get("input_schema", fn.get("inputSchema", fn.get("params_json_schema"))))
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            schema = None
+    out: dict[str, Any] = {"name": name, "description": str(fn.get("description") or "")}
+    if isinstance(schema, dict):
+        out["input_schema"] = schema
+    return out
+
+
+def unflatten(attrs: dict[str, Any], prefix: str) -> list[Any]:
+    """`prefix.0.role`, `prefix.0.tool_calls.1.name`... -> [{"role": ..., "tool_calls": [..]}].
+
+    Flattened conventions (OpenLLMetry, OpenInference) spread one message over
+    many attributes; numeric path segments become list positions.
+    """
+    root: dict[str, Any] = {}
+    head = prefix + "."
+    for key, value in attrs.items():
+        if not key.startswith(head):
+            continue
+        node = root
+        *path, leaf = key[len(head):].split(".")
+        for seg in path:
+            child = node.get(seg)
+            if not isinstance(child, dict):
+                child = node[seg] = {}
+            node = child
+        node[leaf] = value
+    out = _listify(root)
+    return out if isinstance(out, list) else []
+
+
+def _listify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    items = {k: _listify(v) for k, v in node.items()}
+    if items and all(k.isdigit() for k in items):
+        return [items[k] for k in sorted(items, key=int)]
+    return items

@@ -1,0 +1,72 @@
+"""GenAI semconv 1.28-1.36: one log record (or span event) per message.
+
+Event names: `gen_ai.{system,user,assistant,tool}.message` and `gen_ai.choice`,
+given in the log's `eventName` or its `event.name` attribute; the message is
+the body (kvlist), or the attributes for producers that put it there. Log
+records reach the span as events (see `wt_otel.model.spans.LogRecord.as_event`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wt_otel.ingest.dialects.common import base_call
+from wt_otel.model.parts import from_openai_chat, is_placeholder, text_of
+from wt_otel.model.session import LLMCall, Observation
+from wt_otel.model.spans import Event, SpanRecord
+
+NAME = "events"
+ROLES = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+CHOICE = "gen_ai.choice"
+
+
+def event_name(ev: Event) -> str:
+    if ev.name in ROLES or ev.name == CHOICE:
+        return ev.name
+    return str(ev.attributes.get("event.name") or ev.name)
+
+
+def extract(span: SpanRecord) -> list[Observation]:
+    events = [ev for ev in span.events if event_name(ev) in ROLES or event_name(ev) == CHOICE]
+    return [call_from_events(span, events, NAME)] if events else []
+
+
+def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLMCall:
+    """One LLM call from its message events (also used for pydantic-ai's `events` attribute)."""
+    call = base_call(span, dialect)
+    captured = False
+    chat: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    for ev in sorted(events, key=lambda e: e.time_ns):
+        data = ev.body if isinstance(ev.body, dict) else dict(ev.attributes)
+        name = event_name(ev)
+        if name == CHOICE:
+            msg = data.get("message") if isinstance(data.get("message"), dict) else data
+            captured |= _has_content(msg)
+            outputs.append({"role": msg.get("role") or "assistant", "content": msg.get("content"),
+                            "tool_calls": msg.get("tool_calls")})
+            if data.get("finish_reason"):
+                call.finish_reasons.append(str(data["finish_reason"]))
+            continue
+        role = data.get("role") or ROLES[name]
+        captured |= _has_content(data)
+        m = {"role": role, "content": data.get("content"), "tool_calls": data.get("tool_calls")}
+        if role == "tool":
+            m["tool_call_id"] = data.get("id") or data.get("tool_call_id") or ""
+        chat.append(m)
+    system = [m for m in chat if m["role"] == "system"]
+    call.system_instructions = [{"type": "text", "content": text_of(m["content"]) or ""} for m in system]
+    call.input_messages = from_openai_chat([m for m in chat if m["role"] != "system"])
+    call.output_messages = from_openai_chat(outputs)
+    call.content_captured = captured
+    return call
+
+
+def _has_content(data: dict[str, Any]) -> bool:
+    content = text_of(data.get("content"))
+    return bool(data.get("tool_calls")) or (bool(content) and not is_placeholder(content))

@@ -1,0 +1,61 @@
+"""GenAI semantic conventions >= 1.37: messages as span attributes.
+
+`gen_ai.input.messages`, `gen_ai.output.messages`, `gen_ai.system_instructions`
+and `gen_ai.tool.definitions` hold the conversation, as JSON strings or as
+structured AnyValue. The same attributes may instead ride on a
+`gen_ai.client.inference.operation.details` event (the event-only capture mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, as_list, base_call, operation, tool_definition
+from wt_otel.model.parts import normalize_message, normalize_part
+from wt_otel.model.session import LLMCall, Observation
+from wt_otel.model.spans import SpanRecord
+
+NAME = "semconv"
+KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions")
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+
+
+def extract(span: SpanRecord) -> list[Observation]:
+    attrs = span.attributes
+    source = attrs if any(k in attrs for k in KEYS) else _details_event(span)
+    if source is None:
+        return []
+    call = base_call(span, NAME)
+    fill_call(call, source)
+    if operation(span) not in INFERENCE_OPERATIONS and not call.output_messages:
+        # an agent span that logs the conversation it ran (e.g. invoke_agent with messages)
+        call.is_transcript = True
+    return [call]
+
+
+def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
+    """Fill messages, instructions and tool definitions from semconv-shaped attributes."""
+    inputs = [normalize_message(m) for m in as_list(source.get("gen_ai.input.messages")) or [] if isinstance(m, dict)]
+    call.input_messages = [m for m in inputs if m["role"] != "system"]
+    call.output_messages = []
+    for m in as_list(source.get("gen_ai.output.messages")) or []:
+        if not isinstance(m, dict):
+            continue
+        msg = normalize_message({**m, "role": m.get("role") or "assistant"})
+        if m.get("finish_reason"):
+            call.finish_reasons.append(str(m["finish_reason"]))
+        call.output_messages.append(msg)
+    instructions = as_list(source.get("gen_ai.system_instructions"))
+    if instructions is None:  # many producers still send the prompt as a `system` message
+        instructions = [p for m in inputs if m["role"] == "system" for p in m["parts"]]
+    call.system_instructions = [normalize_part(p) for p in instructions]
+    if "gen_ai.tool.definitions" in source:
+        call.tool_definitions = [d for d in map(tool_definition, as_list(source["gen_ai.tool.definitions"]) or [])
+                                 if d]
+
+
+def _details_event(span: SpanRecord) -> dict[str, Any] | None:
+    for ev in span.events:
+        if ev.name == DETAILS_EVENT or ev.attributes.get("event.name") == DETAILS_EVENT:
+            return ev.attributes
+    return None

@@ -1,0 +1,612 @@
+"""Dump files into records: OTLP/JSON lines, OTLP protobuf, Agents SDK and generic JSONL.
+
+`read_dump` streams: one line (or one protobuf message) is decoded at a time, a
+bad line becomes a `LineError` in the output and reading goes on, so the caller
+decides whether one corrupt line is fatal. Gzip is detected by its magic bytes
+and decompressed as a stream; no single line or message may exceed
+`max_record_bytes`, and an over-long one is skipped in chunks, so a gzip bomb
+costs time, not memory.
+"""
+
+from __future__ import annotations
+
+import calendar
+import gzip
+import hashlib
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from wt_otel.ingest.otlp import logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.model.spans import STATUS_ERROR, LogRecord, SpanRecord
+
+__all__ = [
+    "FORMATS",
+    "MAX_RECORD_BYTES",
+    "DumpFormatError",
+    "DumpReadError",
+    "LineError",
+    "detect_format",
+    "iso_to_ns",
+    "read_dump",
+    "sdk_span_id",
+    "sdk_trace_id",
+]
+
+FORMATS = ("otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+_SNIFF_BYTES = 64 * 1024
+_SNIFF_LINES = 20
+_SKIP_CHUNK = 1024 * 1024
+_PROTO_SUFFIXES = (".pb", ".binpb", ".proto")
+
+
+class DumpFormatError(ValueError):
+    """The format is unknown or could not be recognised."""
+
+
+class DumpReadError(Exception):
+    """The file cannot be opened or read (missing, unreadable, broken gzip)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LineError:
+    """One line (JSONL: 1-based line number; proto stream: 1-based message index) that failed."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+Item = SpanRecord | LogRecord | LineError
+
+
+# --------------------------------------------------------------------------- opening, lines
+
+
+def _open(path: str) -> IO[bytes]:
+    """The file as a binary stream, gunzipped on the fly when it starts with 1f 8b."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    except OSError as e:
+        raise DumpReadError(f"cannot open {path}: {e.strerror or e}") from e
+    try:
+        magic = raw.read(2)
+        raw.seek(0)
+    except OSError as e:
+        raw.close()
+        raise DumpReadError(f"cannot read {path}: {e}") from e
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # closing it does not close `raw`...
+    return raw
+
+
+def _close(fh: IO[bytes]) -> None:
+    fh.close()
+    inner = getattr(fh, "fileobj", None)  # ...so close the file under a GzipFile too
+    if inner is not None:
+        inner.close()
+
+
+def _lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
+    """(1-based line number, bytes) per line; bytes is None for a line over `max_bytes`.
+
+    An over-long line is read past in chunks and never held whole.
+    """
+    lineno = 0
+    while True:
+        line = fh.readline(max_bytes + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            del line
+            while True:
+                chunk = fh.readline(_SKIP_CHUNK)
+                if not chunk or chunk.endswith(b"\n"):
+                    break
+            yield lineno, None
+        else:
+            yield lineno, line
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _classify_json_line(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    if any(k in obj for k in ("resourceSpans", "resource_spans", "resourceLogs", "resource_logs")):
+        return "otlp-json"
+    if obj.get("object") in ("trace", "trace.span"):
+        return "agents-jsonl"
+    if all(k in obj for k in ("trace_id", "span_id", "type", "workflow_name")):
+        return "generic-jsonl"
+    return None
+
+
+def _looks_like_proto(head: bytes) -> bool:
+    """An OTLP request starts with tag 0x0a (field 1, length-delimited); a framed stream
+    with a 4-byte big-endian length, then that tag."""
+    if head[:1] == b"\x0a":
+        return True
+    return len(head) >= 5 and head[0] == 0 and head[4] == 0x0A
+
+
+def _hint(path: str) -> str:
+    name = os.path.basename(path).lower()
+    return name.removesuffix(".gz").removesuffix(".gzip")
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """One of FORMATS, from the content (gzip-transparent), the file name breaking ties.
+
+    `*.wtin.json` is always "wtin". JSON content is classified by its first
+    recognisable line (up to 20 are tried, so one corrupt first line does not
+    hide the format); binary content is OTLP protobuf when it starts like an
+    OTLP request or the name ends in .pb/.binpb/.proto.
+    """
+    path = os.fspath(path)
+    name = _hint(path)
+    if name.endswith(".wtin.json"):
+        return "wtin"
+    proto_hint = name.endswith(_PROTO_SUFFIXES)
+    fh = _open(path)
+    try:
+        head = fh.read(_SNIFF_BYTES)
+        if head.lstrip().startswith(b"{"):
+            if b'"windtunnel_interchange"' in head:
+                return "wtin"
+            fh.seek(0)
+            tried = 0
+            for _, raw in _lines(fh, MAX_RECORD_BYTES):
+                if raw is None or not raw.strip():
+                    continue
+                try:
+                    found = _classify_json_line(json.loads(raw))
+                except ValueError:
+                    found = None
+                if found:
+                    return found
+                tried += 1
+                if tried >= _SNIFF_LINES:
+                    break
+    except (OSError, EOFError, zlib.error) as e:
+        raise DumpReadError(f"cannot read {path}: {e}") from e
+    finally:
+        _close(fh)
+    if proto_hint and (not head or not head.lstrip().startswith(b"{")):
+        return "otlp-proto"
+    if head and _looks_like_proto(head):
+        return "otlp-proto"
+    what = "an empty file" if not head else "no recognisable content"
+    raise DumpFormatError(
+        f"{path}: cannot detect the dump format ({what}). Supported: "
+        "otlp-json (collector file exporter, one request per line: resourceSpans/resourceLogs), "
+        "otlp-proto (.pb/.binpb: one ExportTraceServiceRequest, or 4-byte length-prefixed messages), "
+        'agents-jsonl (OpenAI Agents SDK: "object": "trace" / "trace.span" per line), '
+        "generic-jsonl (trace_id, span_id, type, workflow_name per line), "
+        "wtin (*.wtin.json envelopes); any of them may be gzip-compressed. "
+        "Pass the format explicitly if detection guesses wrong."
+    )
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def read_dump(
+    path: str | os.PathLike[str], fmt: str = "auto", *, max_record_bytes: int = MAX_RECORD_BYTES
+) -> Iterator[Item]:
+    """Records of a dump file, with a `LineError` in place of each bad line or message.
+
+    Format detection and opening happen now (raising `DumpFormatError` /
+    `DumpReadError`); decoding happens as the result is iterated. A read failure
+    part-way (truncated gzip) raises `DumpReadError` during iteration.
+    """
+    path = os.fspath(path)
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "wtin":
+        raise ValueError(f"{path}: a wtin envelope is not a span dump; import it as an envelope")
+    readers = {
+        "otlp-json": lambda fh: _read_jsonl(path, fh, max_record_bytes, _OtlpJsonLines(path)),
+        "agents-jsonl": lambda fh: _read_jsonl(path, fh, max_record_bytes, _AgentsLines(path)),
+        "generic-jsonl": lambda fh: _read_jsonl(path, fh, max_record_bytes, _GenericLines(path)),
+        "otlp-proto": lambda fh: _read_proto(path, fh, max_record_bytes),
+    }
+    if fmt not in readers:
+        raise DumpFormatError(f"unknown dump format {fmt!r}; supported: auto, {', '.join(FORMATS)}")
+    _close(_open(path))  # fail now, not at the first next(), when the file is unreadable
+    return _guarded(path, readers[fmt])
+
+
+def _guarded(path: str, reader: Any) -> Iterator[Item]:
+    fh = _open(path)
+    try:
+        yield from reader(fh)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DumpReadError(f"cannot read {path}: {e}") from e
+    finally:
+        _close(fh)
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+
+def _read_jsonl(path: str, fh: IO[bytes], max_bytes: int, handler: Any) -> Iterator[Item]:
+    for lineno, raw in _lines(fh, max_bytes):
+        if raw is None:
+            yield LineError(path, lineno, f"line longer than {max_bytes} bytes; skipped")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            yield LineError(path, lineno, f"invalid JSON: {e}")
+            continue
+        yield from handler.line(lineno, obj)
+    yield from handler.finish()
+
+
+class _OtlpJsonLines:
+    """Each line is one traces and/or logs request (the collector `file` exporter)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def line(self, lineno: int, obj: Any) -> list[Item]:
+        if _classify_json_line(obj) != "otlp-json":
+            what = "an object" if isinstance(obj, dict) else type(obj).__name__
+            return [LineError(self.path, lineno, f"expected resourceSpans or resourceLogs, got {what}")]
+        try:  # list(): a line is all-or-nothing
+            items: list[Item] = list(spans_from_json(obj))
+            items.extend(logs_from_json(obj))
+        except ValueError as e:
+            return [LineError(self.path, lineno, str(e))]
+        return items
+
+    def finish(self) -> list[Item]:
+        return []
+
+
+# --------------------------------------------------------------------------- Agents SDK / generic
+
+_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
+_HEX16 = re.compile(r"[0-9a-fA-F]{16}")
+_ISO = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d+))?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?")
+
+
+def sdk_trace_id(sdk_id: str) -> str:
+    """An SDK trace id as 32 hex: `trace_<32 hex>` keeps its hex, others are hashed."""
+    rest = sdk_id.removeprefix("trace_")
+    if _HEX32.fullmatch(rest):
+        return rest.lower()
+    return hashlib.sha256(sdk_id.encode()).hexdigest()[:32]
+
+
+def sdk_span_id(sdk_id: str, sdk_trace: str) -> str:
+    """An SDK span id as 16 hex: `span_<16 hex>` keeps its hex, others are hashed
+    with their trace id (generic ids like "s1" are only unique within a trace)."""
+    rest = sdk_id.removeprefix("span_")
+    if _HEX16.fullmatch(rest):
+        return rest.lower()
+    return hashlib.sha256(f"{sdk_trace}\x00{sdk_id}".encode()).hexdigest()[:16]
+
+
+def iso_to_ns(value: Any, field: str) -> int:
+    """ISO 8601 -> Unix ns, keeping sub-microsecond digits; no offset means UTC; null -> 0."""
+    if value is None:
+        return 0
+    m = _ISO.fullmatch(value.strip()) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError(f"{field}: not an ISO 8601 timestamp: {value!r}")
+    date, clock, frac, tz = m.groups()
+    offset = "+00:00" if tz in (None, "Z", "z") else tz
+    try:
+        dt = datetime.fromisoformat(f"{date}T{clock}{offset}")
+    except ValueError as e:
+        raise ValueError(f"{field}: not an ISO 8601 timestamp: {value!r} ({e})") from None
+    seconds = calendar.timegm(dt.utctimetuple())
+    return seconds * 1_000_000_000 + int((frac or "0")[:9].ljust(9, "0"))
+
+
+def _req_str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _opt_str(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key}: must be a string or null, got {value!r}")
+    return value
+
+
+def _obj_field(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{key}: must be a JSON object or null, got {type(value).__name__}")
+    return value
+
+
+def _span(obj: dict[str, Any], trace_raw: str, span_raw: str, name: str, attributes: dict[str, Any]) -> SpanRecord:
+    """The SpanRecord for an Agents SDK or generic record (shared fields and error handling)."""
+    parent = _opt_str(obj, "parent_id")
+    error = _obj_field(obj, "error")
+    if error is not None and not isinstance(error.get("message", ""), str):
+        raise ValueError("error.message: must be a string")
+    return SpanRecord(
+        trace_id=sdk_trace_id(trace_raw),
+        span_id=sdk_span_id(span_raw, trace_raw),
+        name=name,
+        parent_span_id=sdk_span_id(parent, trace_raw) if parent else None,
+        start_ns=iso_to_ns(obj.get("started_at"), "started_at"),
+        end_ns=iso_to_ns(obj.get("ended_at"), "ended_at"),
+        attributes=attributes,
+        status_code=STATUS_ERROR if error is not None else "UNSET",
+        status_message=str(error.get("message") or "") if error is not None else "",
+    )
+
+
+_AGENTS_TRACE_KEYS = ("openai_agents.workflow_name", "openai_agents.group_id", "openai_agents.trace_metadata")
+
+
+class _AgentsLines:
+    """OpenAI Agents SDK export JSONL: `trace` records and their `trace.span` records.
+
+    Trace-level fields are copied onto each span. A span that arrives before its
+    trace record waits for it; spans whose trace never shows up are emitted at
+    the end without trace-level fields.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.traces: dict[str, dict[str, Any]] = {}
+        self.pending: dict[str, list[SpanRecord]] = {}
+
+    def line(self, lineno: int, obj: Any) -> list[Item]:
+        try:
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            kind = obj.get("object")
+            if kind == "trace":
+                return self._trace(obj)
+            if kind == "trace.span":
+                return self._span(obj)
+            raise ValueError(f'object: expected "trace" or "trace.span", got {kind!r}')
+        except ValueError as e:
+            return [LineError(self.path, lineno, str(e))]
+
+    def _trace(self, obj: dict[str, Any]) -> list[Item]:
+        trace_id = _req_str(obj, "id")
+        info = {
+            "openai_agents.workflow_name": obj.get("workflow_name"),
+            "openai_agents.group_id": obj.get("group_id"),
+            "openai_agents.trace_metadata": _obj_field(obj, "metadata"),
+        }
+        self.traces.setdefault(trace_id, info)
+        waiting = self.pending.pop(trace_id, [])
+        for span in waiting:
+            span.attributes.update(self.traces[trace_id])
+        return list(waiting)
+
+    def _span(self, obj: dict[str, Any]) -> list[Item]:
+        span_raw, trace_raw = _req_str(obj, "id"), _req_str(obj, "trace_id")
+        data = obj.get("span_data")
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            raise ValueError('span_data: must be an object with a string "type"')
+        attributes: dict[str, Any] = {
+            "openai_agents.span_data": data,
+            "openai_agents.trace_id": trace_raw,
+            "openai_agents.span_id": span_raw,
+            **dict.fromkeys(_AGENTS_TRACE_KEYS),  # filled in from the trace record
+        }
+        if obj.get("error") is not None:
+            attributes["openai_agents.error"] = obj["error"]
+        record = _span(obj, trace_raw, span_raw, data["type"], attributes)
+        info = self.traces.get(trace_raw)
+        if info is None:
+            self.pending.setdefault(trace_raw, []).append(record)
+            return []
+        attributes.update(info)
+        return [record]
+
+    def finish(self) -> list[Item]:
+        orphans: list[Item] = [span for spans in self.pending.values() for span in spans]
+        self.pending.clear()
+        return orphans
+
+
+_GENERIC_TYPES = frozenset({"agent", "generation", "tool", "function", "guardrail", "handoff", "custom"})
+
+
+class _GenericLines:
+    """Generic JSONL (trace2test-core): one span per line, trace fields repeated on each.
+
+    `workflow_name` and `group_id` must agree within a trace; `trace_metadata` is
+    taken from the first record of the trace.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.traces: dict[str, dict[str, Any]] = {}  # trace_id -> first values + their line
+
+    def line(self, lineno: int, obj: Any) -> list[Item]:
+        try:
+            return [self._record(lineno, obj)]
+        except ValueError as e:
+            return [LineError(self.path, lineno, str(e))]
+
+    def _record(self, lineno: int, obj: Any) -> SpanRecord:
+        if not isinstance(obj, dict):
+            raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+        trace_raw, span_raw = _req_str(obj, "trace_id"), _req_str(obj, "span_id")
+        workflow, kind = _req_str(obj, "workflow_name"), _req_str(obj, "type")
+        group = _opt_str(obj, "group_id")
+        if kind not in _GENERIC_TYPES:
+            raise ValueError(f"type: {kind!r} is not one of {', '.join(sorted(_GENERIC_TYPES))}")
+        if kind in ("guardrail", "custom"):
+            _req_str(obj, "name")
+        if kind == "guardrail" and not isinstance(obj.get("triggered"), bool):
+            raise ValueError("triggered: a guardrail record needs a boolean triggered")
+        _obj_field(obj, "metadata")
+        metadata = _obj_field(obj, "trace_metadata")
+        trace = self.traces.get(trace_raw)
+        if trace is None:
+            trace = self.traces[trace_raw] = {
+                "workflow_name": workflow,
+                "group_id": group,
+                "trace_metadata": metadata,
+                "line": lineno,
+            }
+        else:
+            if workflow != trace["workflow_name"]:
+                raise ValueError(
+                    f"workflow_name: {workflow!r} differs from {trace['workflow_name']!r} on line "
+                    f"{trace['line']} of trace {trace_raw!r}; a trace has one workflow_name"
+                )
+            if group is not None:
+                if trace["group_id"] is None:
+                    trace["group_id"] = group
+                elif group != trace["group_id"]:
+                    raise ValueError(
+                        f"group_id: {group!r} differs from {trace['group_id']!r} given earlier "
+                        f"in trace {trace_raw!r}; a trace has one group_id"
+                    )
+        attributes = {
+            "generic.record": obj,
+            "generic.workflow_name": workflow,
+            "generic.group_id": trace["group_id"],
+            "generic.trace_metadata": trace["trace_metadata"],
+        }
+        return _span(obj, trace_raw, span_raw, kind, attributes)
+
+    def finish(self) -> list[Item]:
+        return []
+
+
+# --------------------------------------------------------------------------- OTLP protobuf
+
+
+def _decode_message(data: bytes) -> list[SpanRecord] | list[LogRecord]:
+    """One serialized OTLP request: traces if it looks like traces, else logs.
+
+    Protobuf parsing is permissive (a logs request parses as a traces request,
+    its records becoming id-less "spans", and vice versa), so the traces reading
+    is kept only when it yields spans that all have 16/8-byte ids; otherwise the
+    bytes are read as logs. An empty request yields nothing.
+    """
+    traces = ExportTraceServiceRequest()
+    try:
+        traces.ParseFromString(data)
+    except DecodeError:
+        traces = None
+    if traces is not None:
+        spans = list(spans_from_request(traces))
+        if spans and all(len(s.trace_id) == 32 and len(s.span_id) == 16 for s in spans):
+            return spans
+    logs = ExportLogsServiceRequest()
+    try:
+        logs.ParseFromString(data)
+    except DecodeError:
+        logs = None
+    if logs is not None:
+        records = list(logs_from_request(logs))
+        if records:
+            return records
+    if traces is not None and not traces.resource_spans:
+        return []
+    raise ValueError(
+        "not an OTLP ExportTraceServiceRequest or ExportLogsServiceRequest "
+        "(protobuf decoding failed or spans lack valid ids)"
+    )
+
+
+def _is_framed(fh: IO[bytes], max_bytes: int) -> bool:
+    """Collector `format: proto` stream (4-byte length prefixes) or one bare message?
+
+    A bare OTLP request is empty or starts with byte 0x0a (field 1,
+    length-delimited); read as a length prefix, 0x0a... would mean >= 160 MiB,
+    beyond any sane `max_record_bytes`. So a file is framed when its first byte
+    is not 0x0a and its first frame fits in the file (and under the cap). Checking
+    that every frame tiles the file would add nothing: a file that is not a bare
+    request either way is better read frame by frame, so a truncated stream (a
+    collector killed mid-write) keeps its complete messages and reports the
+    broken one. Gzip streams cannot be sized without decompressing; there only
+    the first prefix is checked.
+    """
+    header = fh.read(4)
+    fh.seek(0)  # for gzip: cheap, rewinds the decompressor at the very start
+    if len(header) < 4 or header[0] == 0x0A:
+        return False
+    n = int.from_bytes(header, "big")
+    if n > max_bytes:
+        return False
+    if isinstance(fh, gzip.GzipFile):
+        return True
+    size = os.fstat(fh.fileno()).st_size
+    framed = 4 + n <= size
+    fh.seek(0)
+    return framed
+
+
+def _read_proto(path: str, fh: IO[bytes], max_bytes: int) -> Iterator[Item]:
+    if not _is_framed(fh, max_bytes):
+        data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            yield LineError(path, 1, f"protobuf message larger than {max_bytes} bytes; skipped")
+            return
+        yield from _decoded(path, 1, data)
+        return
+    index = 0
+    while True:
+        header = fh.read(4)
+        if not header:
+            return
+        index += 1
+        if len(header) < 4:
+            yield LineError(path, index, "truncated length prefix at end of stream")
+            return
+        n = int.from_bytes(header, "big")
+        if n > max_bytes:
+            yield LineError(path, index, f"protobuf message of {n} bytes exceeds {max_bytes}; skipped")
+            if not _skip(fh, n):
+                return
+            continue
+        data = fh.read(n)
+        if len(data) < n:
+            yield LineError(path, index, f"truncated message: length prefix says {n} bytes, {len(data)} left")
+            return
+        yield from _decoded(path, index, data)
+
+
+def _decoded(path: str, index: int, data: bytes) -> list[Item]:
+    try:
+        return list(_decode_message(data))
+    except ValueError as e:
+        return [LineError(path, index, str(e))]
+
+
+def _skip(fh: IO[bytes], n: int) -> bool:
+    """Read past n bytes in chunks; False if the stream ends first."""
+    while n > 0:
+        chunk = fh.read(min(n, _SKIP_CHUNK))
+        if not chunk:
+            return False
+        n -= len(chunk)
+    return True

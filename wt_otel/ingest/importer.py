@@ -1,0 +1,142 @@
+"""`wt-otel import`: dump files in, one scenario directory per session out.
+
+Reading comes first and completely (records spill to disk, see
+`SessionGrouper`), writing second: with `strict`, a corrupt input aborts
+before anything is written. Each scenario directory appears atomically, so a
+failure leaves whole scenarios or none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from wt_otel._util.fsutil import DirectoryExists, unique_slug
+from wt_otel.ingest.dumps import LineError, detect_format, read_dump
+from wt_otel.ingest.sessions import SessionGrouper, build_session
+from wt_otel.model.session import Session, ToolExecution
+
+FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
+
+
+class SessionWriter(Protocol):
+    def write(self, session: Session, slug: str) -> Path: ...
+
+
+class ImportAborted(Exception):
+    """Raised in strict mode on the first input error; nothing has been written."""
+
+
+@dataclass
+class ImportReport:
+    written: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # input and write errors, each with its place
+    records: int = 0
+    sessions: int = 0
+    skipped: int = 0  # sessions not selected by --trace-id / --flagged-only
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def session_from_envelope(env: dict[str, Any], name: str) -> Session:
+    """A Session from a Contract A envelope (already validated)."""
+    source = env.get("source") or {}
+    prov = env.get("provenance") or {}
+    ref = source.get("ref") or name
+    s = Session(key=str(ref), trace_ids=list(prov.get("trace_ids") or [str(ref)]))
+    s.messages = [dict(m) for m in env["messages"]]
+    s.tool_definitions = list(env.get("tool_definitions") or [])
+    s.system_instructions = list(env.get("system_instructions") or [])
+    s.witnessed_calls = [
+        ToolExecution(tool_name=w["tool_name"], args=w["args"], result=w.get("result"),
+                      tool_call_id=w.get("tool_call_id"), span_id=w.get("span_id") or "",
+                      error=w.get("error"), correlation=w.get("correlation") or "none")
+        for w in env.get("witnessed_calls") or []
+    ]
+    sess = env["session"]
+    s.model, s.provider, s.sampler = sess["model"], sess.get("provider"), dict(sess.get("sampler") or {})
+    s.service_name = source.get("system")
+    s.flagged, s.flag_ref = bool(source.get("ref")), source.get("ref")
+    s.dialects = ["wtin"]
+    return s
+
+
+def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
+    from wt_otel.contracts import validate_data
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        report.errors.append(f"{path}: cannot read envelope: {e}")
+        return
+    problems = validate_data("envelope", data) if isinstance(data, dict) else ["not a JSON object"]
+    if problems:
+        report.errors.extend(f"{path}: {p}" for p in problems)
+        return
+    yield session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
+
+
+def import_dumps(
+    paths: list[Path],
+    writer: SessionWriter,
+    fmt: str = "auto",
+    trace_ids: tuple[str, ...] = (),
+    flagged_only: bool = False,
+    strict: bool = False,
+    progress: Callable[[str, int], None] | None = None,
+) -> ImportReport:
+    """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
+    unless `strict` (then `ImportAborted`, before any write)."""
+    report = ImportReport()
+    wanted = {t.lower() for t in trace_ids}
+    ready: list[Session] = []
+    with SessionGrouper() as grouper:
+        for path in paths:
+            kind = detect_format(path) if fmt == "auto" else fmt
+            if kind == "wtin":
+                before = len(report.errors)
+                ready.extend(_envelope_sessions(path, report))
+                if strict and len(report.errors) > before:
+                    raise ImportAborted(report.errors[before])
+                continue
+            for item in read_dump(path, kind):
+                if isinstance(item, LineError):
+                    msg = f"{item.path}:{item.line}: {item.message}"
+                    if strict:
+                        raise ImportAborted(msg)
+                    report.errors.append(msg)
+                    continue
+                grouper.add(item)
+                report.records += 1
+                if progress and report.records % 10000 == 0:
+                    progress("records", report.records)
+        taken: set[str] = set()
+
+        def sessions() -> Iterator[Session]:
+            yield from ready
+            for group in grouper.groups():
+                session = build_session(group)
+                if session is not None:
+                    yield session
+
+        for session in sessions():
+            report.sessions += 1
+            if (wanted and not wanted & {t.lower() for t in session.trace_ids}) or (
+                    flagged_only and not session.flagged):
+                report.skipped += 1
+                continue
+            slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, taken)
+            try:
+                report.written.append(writer.write(session, slug))
+            except DirectoryExists as e:
+                report.errors.append(str(e))
+            except (OSError, ValueError) as e:  # one bad session must not sink the others
+                report.errors.append(f"session {session.key}: not written: {e}")
+            if progress:
+                progress("sessions", len(report.written))
+    return report

@@ -1,0 +1,475 @@
+"""OTLP traces and logs, protobuf or JSON, into `SpanRecord`s and `LogRecord`s.
+
+Two decoders with one output:
+
+* protobuf messages (`ExportTraceServiceRequest`/`TracesData`, and the logs
+  equivalents) as the receivers and `.pb` dumps give them. This path is hot: it
+  touches every attribute of every span, so it is written flat (one
+  `WhichOneof` per value, scalars read with `getattr`, no per-span helper
+  calls where a loop body will do).
+* OTLP/JSON dicts as the Collector `file` exporter writes them. They are decoded
+  directly, not through `json_format`, because that is slow and rejects quirks
+  real producers emit (snake_case keys, base64 ids, int64 as numbers, the
+  pre-1.0 `instrumentationLibrary*` names). Wrong shapes raise `OtlpJsonError`
+  naming the JSON path, e.g. `resourceSpans[0].scopeSpans[1].spans[3].traceId`.
+
+The resource dict is shared by all records of one resource: treat it as
+read-only (copy before changing it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.internal import api_implementation
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord as _PbLogRecord
+from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from wt_otel.model.spans import Event, Link, LogRecord, SpanRecord
+
+__all__ = [
+    "OtlpJsonError",
+    "check_protobuf_backend",
+    "logs_from_json",
+    "logs_from_request",
+    "spans_from_json",
+    "spans_from_request",
+]
+
+# SPAN_KIND_UNSPECIFIED (0) reads as INTERNAL, as the OTLP spec says to treat it.
+_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+_STATUSES = ("UNSET", "OK", "ERROR")
+# `event_name` arrived in opentelemetry-proto 1.5; older builds lack the field.
+_HAS_EVENT_NAME = "event_name" in _PbLogRecord.DESCRIPTOR.fields_by_name
+_SCALARS = frozenset({"string_value", "bool_value", "int_value", "double_value", "bytes_value"})
+
+
+def check_protobuf_backend() -> str:
+    """The protobuf runtime in use: "upb" is expected, "python" is ~200x slower."""
+    return api_implementation.Type()
+
+
+# --------------------------------------------------------------------------- protobuf
+
+
+def _pb_value(v: Any) -> Any:
+    """AnyValue -> plain Python; arrays and kvlists recurse."""
+    kind = v.WhichOneof("value")
+    if kind in _SCALARS:
+        return getattr(v, kind)
+    if kind == "kvlist_value":
+        return _pb_attrs(v.kvlist_value.values)
+    if kind == "array_value":
+        return [_pb_value(x) for x in v.array_value.values]
+    return None  # empty AnyValue, or string_value_strindex (profiles only)
+
+
+def _pb_attrs(kvs: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in kvs:
+        v = kv.value
+        kind = v.WhichOneof("value")
+        out[kv.key] = getattr(v, kind) if kind in _SCALARS else _pb_value(v)
+    return out
+
+
+def _kind(code: int) -> str:
+    return _KINDS[code] if 0 <= code < len(_KINDS) else "INTERNAL"
+
+
+def _status(code: int) -> str:
+    return _STATUSES[code] if 0 <= code < len(_STATUSES) else "UNSET"
+
+
+def _pb_events(events: Any) -> list[Event]:
+    return [Event(name=e.name, time_ns=e.time_unix_nano, attributes=_pb_attrs(e.attributes)) for e in events]
+
+
+def _pb_links(links: Any) -> list[Link]:
+    return [Link(trace_id=k.trace_id.hex(), span_id=k.span_id.hex(), attributes=_pb_attrs(k.attributes)) for k in links]
+
+
+def spans_from_request(req: ExportTraceServiceRequest | TracesData) -> Iterator[SpanRecord]:
+    """Every span of a traces request, ids as lowercase hex, enums as names."""
+    for rs in req.resource_spans:
+        resource = _pb_attrs(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            scope = ss.scope
+            scope_name, scope_version = scope.name, scope.version
+            for span in ss.spans:
+                parent = span.parent_span_id
+                attrs, events, links = span.attributes, span.events, span.links
+                status = span.status
+                yield SpanRecord(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    name=span.name,
+                    parent_span_id=parent.hex() if parent else None,
+                    kind=_kind(span.kind),
+                    start_ns=span.start_time_unix_nano,
+                    end_ns=span.end_time_unix_nano,
+                    attributes=_pb_attrs(attrs) if attrs else {},
+                    events=_pb_events(events) if events else [],
+                    links=_pb_links(links) if links else [],
+                    status_code=_status(status.code),
+                    status_message=status.message,
+                    resource=resource,
+                    scope_name=scope_name,
+                    scope_version=scope_version,
+                )
+
+
+def logs_from_request(req: ExportLogsServiceRequest | LogsData) -> Iterator[LogRecord]:
+    """Every log record of a logs request; empty trace/span ids become None."""
+    for rl in req.resource_logs:
+        resource = _pb_attrs(rl.resource.attributes)
+        for sl in rl.scope_logs:
+            scope_name = sl.scope.name
+            for rec in sl.log_records:
+                trace_id, span_id = rec.trace_id, rec.span_id
+                yield LogRecord(
+                    event_name=rec.event_name if _HAS_EVENT_NAME else "",
+                    trace_id=trace_id.hex() if trace_id else None,
+                    span_id=span_id.hex() if span_id else None,
+                    time_ns=rec.time_unix_nano or rec.observed_time_unix_nano,
+                    severity_text=rec.severity_text,
+                    body=_pb_value(rec.body),
+                    attributes=_pb_attrs(rec.attributes),
+                    resource=resource,
+                    scope_name=scope_name,
+                )
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+class OtlpJsonError(ValueError):
+    """A wrong shape in OTLP/JSON; `str()` names the JSON path and the problem."""
+
+    def __init__(self, problem: str, where: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.where: list[str] = [where] if where else []
+
+    def at(self, part: str) -> OtlpJsonError:
+        """Prefix the path with an outer location (called while unwinding)."""
+        self.where.insert(0, part)
+        return self
+
+    def __str__(self) -> str:
+        path = ".".join(self.where)
+        return f"{path}: {self.problem}" if path else self.problem
+
+
+_MISSING = object()
+# Pre-1.0 OTLP (and old collectors' file exporter) used "instrumentationLibrary*".
+_SCOPE_SPANS_KEYS = (
+    "scopeSpans",
+    "scope_spans",
+    "instrumentationLibrarySpans",
+    "instrumentation_library_spans",
+)
+_SCOPE_LOGS_KEYS = ("scopeLogs", "scope_logs", "instrumentationLibraryLogs", "instrumentation_library_logs")
+
+
+def _get(d: dict[str, Any], *keys: str) -> tuple[str, Any]:
+    """The first of `keys` present in `d` (camelCase, snake_case, legacy) and its value."""
+    for key in keys:
+        value = d.get(key, _MISSING)
+        if value is not _MISSING:
+            return key, value
+    return keys[0], None
+
+
+def _list(d: dict[str, Any], *keys: str) -> tuple[str, list[Any]]:
+    key, value = _get(d, *keys)
+    if value is None:
+        return key, []
+    if not isinstance(value, list):
+        raise OtlpJsonError(f"must be an array, not {type(value).__name__}", key)
+    return key, value
+
+
+def _obj(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise OtlpJsonError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _json_int(value: Any, where: str) -> int:
+    """int64/uint64 fields: JSON numbers or decimal strings (proto3 JSON writes strings)."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    elif isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise OtlpJsonError(f"not an integer: {value!r}", where)
+
+
+def _json_double(value: Any, where: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):  # proto3 JSON writes "NaN", "Infinity", "-Infinity"
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise OtlpJsonError(f"not a number: {value!r}", where)
+
+
+def _b64(value: str) -> bytes:
+    """Standard or URL-safe base64, padding optional (proto3 JSON accepts all four)."""
+    value = value.replace("-", "+").replace("_", "/")
+    return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+
+
+def _json_id(value: Any, nbytes: int, where: str) -> str | None:
+    """A trace (16 bytes) or span (8 bytes) id, hex or base64 -> lowercase hex; empty -> None.
+
+    Hex is tried first when the length fits (32/16 chars), so an all-hex string is
+    never misread as base64; otherwise base64 must decode to exactly `nbytes`.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        raw = None
+        if len(value) == 2 * nbytes:
+            try:
+                raw = bytes.fromhex(value)
+            except ValueError:
+                raw = None
+        if raw is None or len(raw) != nbytes:
+            try:
+                raw = _b64(value)
+            except (binascii.Error, ValueError):
+                raw = None
+        if raw is not None and len(raw) == nbytes:
+            return raw.hex()
+    raise OtlpJsonError(f"not a hex or base64 id of {nbytes} bytes: {value!r}", where)
+
+
+def _json_req_id(value: Any, nbytes: int, where: str) -> str:
+    result = _json_id(value, nbytes, where)
+    if result is None:
+        raise OtlpJsonError(f"missing (a {2 * nbytes}-char hex id is required)", where)
+    return result
+
+
+def _json_enum(value: Any, names: tuple[str, ...], prefix: str, where: str) -> str:
+    """An enum as its int or its proto name ("SPAN_KIND_CLIENT"), bare names too ("CLIENT")."""
+    if value is None:
+        return names[0]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value < len(names):
+            return names[value]
+    elif isinstance(value, str):
+        bare = value.removeprefix(prefix)
+        if bare == "UNSPECIFIED":
+            return names[0]
+        if bare in names:
+            return bare
+    raise OtlpJsonError(f"unknown value {value!r} (expected {prefix}{names[-1]} or its number)", where)
+
+
+def _json_value(v: Any, where: str) -> Any:
+    """OTLP/JSON AnyValue -> plain Python; `{}` (an empty AnyValue) -> None."""
+    if not isinstance(v, dict):
+        raise OtlpJsonError('an AnyValue must be an object like {"stringValue": "..."}', where)
+    if not v:
+        return None
+    if len(v) != 1:
+        raise OtlpJsonError(f"an AnyValue holds exactly one of its fields, got {sorted(v)}", where)
+    ((key, x),) = v.items()
+    try:
+        if key in ("stringValue", "string_value"):
+            if isinstance(x, str):
+                return x
+            raise OtlpJsonError(f"must be a string, not {type(x).__name__}")
+        if key in ("intValue", "int_value"):
+            return _json_int(x, "")
+        if key in ("boolValue", "bool_value"):
+            if isinstance(x, bool):
+                return x
+            raise OtlpJsonError(f"must be true or false, not {x!r}")
+        if key in ("doubleValue", "double_value"):
+            return _json_double(x, "")
+        if key in ("kvlistValue", "kvlist_value"):
+            return _json_attrs(_list(_obj(x, "kvlistValue"), "values")[1], "values")
+        if key in ("arrayValue", "array_value"):
+            values_key, values = _list(_obj(x, "arrayValue"), "values")
+            return [_json_value(item, f"{values_key}[{i}]") for i, item in enumerate(values)]
+        if key in ("bytesValue", "bytes_value"):
+            if isinstance(x, str):
+                try:
+                    return _b64(x)
+                except (binascii.Error, ValueError):
+                    pass
+            raise OtlpJsonError("must be a base64 string")
+    except OtlpJsonError as e:
+        raise e.at(key).at(where) if where else e.at(key) from None
+    raise OtlpJsonError(f"unknown AnyValue field {key!r}", where)
+
+
+def _json_attrs(kvs: list[Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, kv in enumerate(kvs):
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            raise OtlpJsonError('an attribute must be an object {"key": "...", "value": {...}}', f"{where}[{i}]")
+        value = kv.get("value")
+        out[kv["key"]] = None if value is None else _json_value(value, f"{where}[{i}].value")
+    return out
+
+
+def _json_attrs_of(d: dict[str, Any]) -> dict[str, Any]:
+    key, kvs = _list(d, "attributes")
+    return _json_attrs(kvs, key) if kvs else {}
+
+
+def _json_resource(d: dict[str, Any]) -> dict[str, Any]:
+    key, resource = _get(d, "resource")
+    if resource is None:
+        return {}
+    try:
+        return _json_attrs_of(_obj(resource, "resource"))
+    except OtlpJsonError as e:
+        raise e.at(key) from None
+
+
+def _json_scope(d: dict[str, Any]) -> tuple[str, str]:
+    key, scope = _get(d, "scope", "instrumentationLibrary", "instrumentation_library")
+    if scope is None:
+        return "", ""
+    if not isinstance(scope, dict):
+        raise OtlpJsonError("must be an object", key)
+    return str(scope.get("name") or ""), str(scope.get("version") or "")
+
+
+def _json_span(s: Any, resource: dict[str, Any], scope: tuple[str, str]) -> SpanRecord:
+    s = _obj(s, "a span")
+    events = []
+    events_key, raw_events = _list(s, "events")
+    for i, e in enumerate(raw_events):
+        try:
+            e = _obj(e, "an event")
+            events.append(
+                Event(
+                    name=str(e.get("name") or ""),
+                    time_ns=_json_int(_get(e, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano"),
+                    attributes=_json_attrs_of(e),
+                )
+            )
+        except OtlpJsonError as err:
+            raise err.at(f"{events_key}[{i}]") from None
+    links = []
+    links_key, raw_links = _list(s, "links")
+    for i, k in enumerate(raw_links):
+        try:
+            k = _obj(k, "a link")
+            links.append(
+                Link(
+                    trace_id=_json_req_id(_get(k, "traceId", "trace_id")[1], 16, "traceId"),
+                    span_id=_json_req_id(_get(k, "spanId", "span_id")[1], 8, "spanId"),
+                    attributes=_json_attrs_of(k),
+                )
+            )
+        except OtlpJsonError as err:
+            raise err.at(f"{links_key}[{i}]") from None
+    status = s.get("status") or {}
+    if not isinstance(status, dict):
+        raise OtlpJsonError("must be an object", "status")
+    status_code = _json_enum(status.get("code"), _STATUSES, "STATUS_CODE_", "status.code")
+    return SpanRecord(
+        trace_id=_json_req_id(_get(s, "traceId", "trace_id")[1], 16, "traceId"),
+        span_id=_json_req_id(_get(s, "spanId", "span_id")[1], 8, "spanId"),
+        name=str(s.get("name") or ""),
+        parent_span_id=_json_id(_get(s, "parentSpanId", "parent_span_id")[1], 8, "parentSpanId"),
+        kind=_json_enum(s.get("kind"), _KINDS, "SPAN_KIND_", "kind"),
+        start_ns=_json_int(_get(s, "startTimeUnixNano", "start_time_unix_nano")[1], "startTimeUnixNano"),
+        end_ns=_json_int(_get(s, "endTimeUnixNano", "end_time_unix_nano")[1], "endTimeUnixNano"),
+        attributes=_json_attrs_of(s),
+        events=events,
+        links=links,
+        status_code=status_code,
+        status_message=str(status.get("message") or ""),
+        resource=resource,
+        scope_name=scope[0],
+        scope_version=scope[1],
+    )
+
+
+def _json_log(r: Any, resource: dict[str, Any], scope_name: str) -> LogRecord:
+    r = _obj(r, "a log record")
+    time_ns = _json_int(_get(r, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano")
+    if not time_ns:
+        time_ns = _json_int(_get(r, "observedTimeUnixNano", "observed_time_unix_nano")[1], "observedTimeUnixNano")
+    body = r.get("body")
+    return LogRecord(
+        event_name=str(_get(r, "eventName", "event_name")[1] or ""),
+        trace_id=_json_id(_get(r, "traceId", "trace_id")[1], 16, "traceId"),
+        span_id=_json_id(_get(r, "spanId", "span_id")[1], 8, "spanId"),
+        time_ns=time_ns,
+        severity_text=str(_get(r, "severityText", "severity_text")[1] or ""),
+        body=None if body is None else _json_value(body, "body"),
+        attributes=_json_attrs_of(r),
+        resource=resource,
+        scope_name=scope_name,
+    )
+
+
+def spans_from_json(obj: dict[str, Any]) -> Iterator[SpanRecord]:
+    """Spans of one OTLP/JSON traces request (`{"resourceSpans": [...]}`).
+
+    Raises `OtlpJsonError` (a ValueError) naming the JSON path of a wrong shape;
+    spans before the error have been yielded, so collect with `list()` to get
+    all-or-nothing.
+    """
+    return _json_records(obj, ("resourceSpans", "resource_spans"), _SCOPE_SPANS_KEYS, ("spans",), _json_span)
+
+
+def logs_from_json(obj: dict[str, Any]) -> Iterator[LogRecord]:
+    """Log records of one OTLP/JSON logs request (`{"resourceLogs": [...]}`).
+
+    Errors and partial output as in `spans_from_json`.
+    """
+    return _json_records(obj, ("resourceLogs", "resource_logs"), _SCOPE_LOGS_KEYS, ("logRecords", "log_records"),
+                         lambda rec, resource, scope: _json_log(rec, resource, scope[0]))
+
+
+def _json_records(obj: Any, resource_keys: tuple[str, ...], scope_keys: tuple[str, ...], leaf_keys: tuple[str, ...],
+                  make: Any) -> Iterator[Any]:
+    """Walk resource -> scope -> records for either signal; an error names its JSON path."""
+    if not isinstance(obj, dict):
+        raise OtlpJsonError(f"an OTLP/JSON request must be an object, not {type(obj).__name__}")
+    r_key, resources = _list(obj, *resource_keys)
+    for i, r in enumerate(resources):
+        try:
+            r = _obj(r, f"{resource_keys[0]} item")
+            resource = _json_resource(r)
+            s_key, scopes = _list(r, *scope_keys)
+            for j, sc in enumerate(scopes):
+                try:
+                    sc = _obj(sc, f"{scope_keys[0]} item")
+                    scope = _json_scope(sc)
+                    leaf_key, leaves = _list(sc, *leaf_keys)
+                    for k, leaf in enumerate(leaves):
+                        try:
+                            record = make(leaf, resource, scope)
+                        except OtlpJsonError as e:
+                            raise e.at(f"{leaf_key}[{k}]") from None
+                        yield record
+                except OtlpJsonError as e:
+                    raise e.at(f"{s_key}[{j}]") from None
+        except OtlpJsonError as e:
+            raise e.at(f"{r_key}[{i}]") from None

@@ -1,0 +1,207 @@
+"""Serve a recorded universe as a real MCP server (streamable HTTP, `mcp` SDK 2.x).
+
+The agent under test connects to it exactly as it would to its production
+tools, so replay exercises the agent's real MCP client. The low-level
+`mcp.server.lowlevel.Server` is used rather than `MCPServer` decorators because
+the tool list and the answers are data (the universe), not Python functions.
+
+Wire rules (the reasons are the gaps Wind Tunnel left, see ARCHITECTURE.md):
+
+- `tools/list` serves each tool's `input_schema` (given `"type": "object"` when
+  the universe left the type out, since MCP requires an object root) and
+  description; `outputSchema` only when `result_schema` is an object schema.
+- `tools/call` always returns structured content. Up to protocol 2025-11-25
+  `structuredContent` must be a JSON object, so objects go as they are and any
+  other result (array, string, number, boolean, null) is wrapped as
+  `{"result": value}`. The wrap is applied on every protocol version (2026-07-28
+  would accept a bare value) so the shape a runner or agent sees never depends
+  on what the client negotiated.
+- Text content: a string result is the text itself (not JSON-quoted); anything
+  else is its JSON text.
+- `isError` is true exactly when the engine answered with an error (a
+  `fail_call` miss or a recorded failure), never because a normal result
+  happens to hold an `"error"` key.
+
+Next to `/mcp` the same server answers `GET /wt/calls` (the call log, for a
+runner in another process) and `POST /wt/reset-calls` (start a new run: clear
+the log, rewind sequence tools).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import mcp.types as types
+import uvicorn
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from wt_otel import __version__
+from wt_otel.replay.universe import Answer, RecordedUniverse
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8648
+MCP_PATH = "/mcp"
+
+
+def is_object_schema(schema: dict[str, Any] | None) -> bool:
+    return bool(schema) and schema.get("type") == "object"
+
+
+def structured(result: Any) -> dict[str, Any]:
+    """`structuredContent` for any result: objects as they are, anything else as `{"result": value}`."""
+    return result if isinstance(result, dict) else {"result": result}
+
+
+def as_text(result: Any) -> str:
+    """Text content: strings verbatim (an agent must read `Paris`, not `"Paris"`), the rest as JSON."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, ensure_ascii=False)
+
+
+def call_result(answer: Answer) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=as_text(answer.result))],
+        structured_content=structured(answer.result),
+        is_error=answer.is_error,
+    )
+
+
+def mcp_tools(engine: RecordedUniverse) -> list[types.Tool]:
+    tools = []
+    for t in engine.universe.tools:
+        schema = {"type": "object", **t.input_schema}
+        tools.append(
+            types.Tool(
+                name=t.name,
+                description=t.description or None,
+                input_schema=schema,
+                output_schema=t.result_schema if is_object_schema(t.result_schema) else None,
+            )
+        )
+    return tools
+
+
+def build_server(engine: RecordedUniverse) -> Server[Any]:
+    """The MCP protocol side: `tools/list` and `tools/call` answered from `engine`."""
+    tools = mcp_tools(engine)
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        return call_result(engine.call(params.name, params.arguments or {}))
+
+    return Server("wt-otel-universe", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class UniverseMCPServer:
+    """A universe served over streamable HTTP from a background thread.
+
+    `start()` returns the bound MCP URL (port 0 picks a free one); `stop()`
+    shuts uvicorn down and joins the thread. A stopped server can be started
+    again (the SDK's session manager runs once, so each start builds a new app).
+
+    `json_response=True` (the default) answers each POST with one JSON body
+    instead of an SSE stream: both are streamable HTTP, the universe never
+    sends mid-call notifications, and JSON is the faster round trip for
+    handshake-era clients (bench/universe_lookup.py).
+    """
+
+    def __init__(
+        self, engine: RecordedUniverse, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, json_response: bool = True
+    ) -> None:
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self.json_response = json_response
+        self.url: str | None = None
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ HTTP app
+
+    def app(self) -> Any:
+        """The ASGI app: `/mcp` plus the call-log routes."""
+
+        async def calls(request: Request) -> JSONResponse:
+            log = self.engine.call_log()
+            return JSONResponse({"calls": log, "count": len(log)})
+
+        async def reset_calls(request: Request) -> JSONResponse:
+            self.engine.reset()
+            return JSONResponse({"reset": True})
+
+        routes = [Route("/wt/calls", calls, methods=["GET"]), Route("/wt/reset-calls", reset_calls, methods=["POST"])]
+        return build_server(self.engine).streamable_http_app(
+            streamable_http_path=MCP_PATH, host=self.host, json_response=self.json_response,
+            custom_starlette_routes=routes,
+        )
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Bind, serve from a daemon thread, and return the MCP URL once uvicorn accepts connections.
+
+        The socket is bound here, in the caller's thread, so a port in use
+        raises `OSError` at once instead of dying inside the server thread, and
+        the bound port (for port 0) is known without asking uvicorn.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the universe server is already running")
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when it does, and
+        # without it every response stalls ~40 ms on Nagle + delayed ACK.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="wt-otel-universe", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                thread.join(2)
+                sock.close()
+                raise RuntimeError(f"the universe server did not start on {self.host}:{self.port}")
+            time.sleep(0.005)
+        self._uvicorn, self._thread = server, thread
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.url = f"http://{host}:{sock.getsockname()[1]}{MCP_PATH}"
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._uvicorn is None or self._thread is None:
+            return
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout)
+        self._uvicorn, self._thread, self.url = None, None, None
+
+    def __enter__(self) -> UniverseMCPServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ the runner's view
+
+    def call_log(self) -> list[dict[str, Any]]:
+        return self.engine.call_log()
+
+    def reset(self) -> None:
+        self.engine.reset()

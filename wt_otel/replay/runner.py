@@ -1,0 +1,495 @@
+"""`wt-otel run`: replay scenarios against an agent, hermetically, and record a Trace per run.
+
+For each scenario the runner serves its universe as a real MCP server (and,
+with `llm="replay"`, its cassette as an OpenAI-compatible server), then for
+each run: rewinds both servers, resets the agent (`/wt/reset`, fatal when it
+fails), probes its surface once, injects every user turn into one fresh
+session, and reads back what the servers witnessed. The Trace is written
+atomically to
+
+    <runs_dir>/<sweep_id>/<scenario dir>/run-<n>.trace.json
+
+with `summary.json` beside the scenario folders, listing every scenario of the
+sweep, the ones that never ran included.
+
+Why it is shaped this way (../shared/ARCHITECTURE.md, "Where the reference
+design is weak", #1 and #5):
+
+- the servers are ours and in-process, so the witnessed evidence (universe
+  and cassette call logs) never depends on the agent's honesty; `verdict.py`
+  compares it with what the agent reported and calls a bypass INVALID;
+- nothing that goes wrong makes a scenario vanish: a bad fixture, a port in
+  use, an endpoint down or a failed reset is a Trace with integrity ERROR and
+  the reason, and three scenario ERRORs in a row stop the sweep (circuit
+  breaker) instead of burning time on a dead endpoint, listing the rest as
+  not run;
+- an in-process (python runtime) agent learns where to connect from the
+  environment: `WT_UNIVERSE_URL` and `WT_LLM_BASE_URL` are set while a
+  scenario runs. An out-of-process agent is configured out-of-band, which is
+  why the universe binds the spec'd default port 8648 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from wt_otel._util.fsutil import atomic_write
+from wt_otel.contracts.inject import ContractViolation, ResetFailed
+from wt_otel.contracts.results import RunScore
+from wt_otel.contracts.results import ScenarioResult as ScenarioRecord
+from wt_otel.contracts.results import SweepResult as SweepRecord
+from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, LlmCall, McpCall, SurfaceProbe, Timings, Trace, Turn
+from wt_otel.contracts.universe import load_universe
+from wt_otel.replay.cassette_server import DEFAULT_PORT as LLM_PORT
+from wt_otel.replay.cassette_server import CassetteServer, MatchMode
+from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
+from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
+from wt_otel.replay.runtimes import Runtime, new_session_id
+from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir
+from wt_otel.replay.sweeps import append_ledger, now_iso, sweep_record
+from wt_otel.replay.universe import RecordedUniverse
+from wt_otel.scoring.layers import score_scenario
+from wt_otel.scoring.verdict import ScenarioVerdict, divergence_note, run_integrity
+
+ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
+ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
+BREAKER = 3  # consecutive scenario ERRORs that stop a sweep
+SUMMARY_FILE = "summary.json"
+EMPTY_UNIVERSE: dict[str, Any] = {"windtunnel_universe": 1, "tools": [], "recordings": []}
+
+LlmMode = Literal["live", "replay"]
+
+
+@dataclass
+class RunOptions:
+    """How to run a sweep. Ports: None means the spec'd default, 0 a free port."""
+
+    runtime: Runtime
+    runs_dir: Path = Path("runs")
+    runs: int | None = None  # overrides each scenario's `runs`
+    llm: LlmMode = "live"
+    llm_match: MatchMode = "exact"
+    universe_port: int | None = None
+    llm_port: int | None = None
+    label: str | None = None
+    host: str = "127.0.0.1"
+    breaker: int = BREAKER
+    emit: Callable[[str], None] = print  # one line of news (URLs, where traces went)
+    progress: Callable[[str], None] | None = None  # "scenario x (1/3), run 2/5", for a live status line
+    selection: dict[str, Any] = field(default_factory=dict)  # the selectors that chose the scenarios (recorded)
+    ledger: bool = True  # append one row per scenario to <runs_dir>/ledger.ndjsonl at the end of the sweep
+
+
+@dataclass
+class ScenarioResult:
+    """One scenario of the sweep: its verdict, its traces, or why it never ran."""
+
+    id: str
+    path: Path
+    runs_planned: int
+    traces: list[Trace] = field(default_factory=list)
+    trace_paths: list[Path] = field(default_factory=list)
+    verdict: ScenarioVerdict | None = None  # None: not run (the circuit breaker tripped first)
+    scores: list[RunScore] = field(default_factory=list)  # one per trace, also written as run-<n>.score.json
+    record: ScenarioRecord | None = None  # the scored verdict as a results record (pack/owner filled later)
+
+    @property
+    def status(self) -> str:
+        return self.verdict.verdict if self.verdict else "NOT RUN"
+
+    @property
+    def detail(self) -> str | None:
+        return self.verdict.detail if self.verdict else "not run: the sweep stopped (circuit breaker)"
+
+    @property
+    def note(self) -> str | None:
+        """Divergence across the runs: not part of the verdict yet, but never hidden."""
+        return divergence_note(self.traces)
+
+
+@dataclass
+class SweepResult:
+    sweep_id: str
+    directory: Path
+    scenarios: list[ScenarioResult]
+    stopped: str | None = None  # why the circuit breaker stopped the sweep
+    record: SweepRecord | None = None  # the results document (table, JUnit, JSON and ledger are made from it)
+    ledger_path: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+
+def new_sweep_id() -> str:
+    """Sortable by time, unique across concurrent sweeps."""
+    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 1)
+
+
+# ---------------------------------------------------------------- servers
+
+
+class WitnessingUniverseServer(UniverseMCPServer):
+    """The universe MCP server, counting requests to its MCP endpoint.
+
+    The call log proves which tools were called; the request count proves the
+    agent talked to this server at all (an agent with cached tools that called
+    none still lists or initializes), which is what `evidence.witness` reports.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.mcp_requests = 0
+
+    def app(self) -> Any:
+        inner = super().app()
+
+        async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
+                self.mcp_requests += 1
+            await inner(scope, receive, send)
+
+        return counted
+
+    def reset(self) -> None:
+        super().reset()
+        self.mcp_requests = 0
+
+
+class ServeFailed(RuntimeError):
+    """A scenario's fixtures could not be served: the scenario is ERROR, the sweep goes on."""
+
+
+class ScenarioServers:
+    """The universe (always) and the cassette (with `--llm replay`) of one scenario, started together."""
+
+    def __init__(self, loaded: LoadedScenario, options: RunOptions) -> None:
+        self.warnings: list[str] = []
+        universe = loaded.universe
+        if universe is None:
+            universe = load_universe(EMPTY_UNIVERSE)
+            self.warnings.append("the scenario has no universe fixture: an empty universe was served, so any tool "
+                                 "call the agent reports is unwitnessed")
+        port = UNIVERSE_PORT if options.universe_port is None else options.universe_port
+        self.universe = WitnessingUniverseServer(RecordedUniverse(universe), host=options.host, port=port)
+        self.cassette: CassetteServer | None = None
+        if loaded.cassette is not None:
+            llm_port = LLM_PORT if options.llm_port is None else options.llm_port
+            self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match)
+        self.universe_url: str | None = None
+        self.llm_url: str | None = None
+
+    def start(self) -> None:
+        """Raises `ServeFailed` naming the server and the address (a port in use, a server that did not start)."""
+        try:
+            self.universe_url = self.universe.start()
+        except (OSError, RuntimeError) as exc:
+            raise ServeFailed(f"the universe MCP server cannot listen on {self.universe.host}:{self.universe.port}: "
+                              f"{exc} (free the port or pass --universe-port)") from exc
+        if self.cassette is not None:
+            try:
+                self.llm_url = self.cassette.start()
+            except (OSError, RuntimeError) as exc:
+                self.universe.stop()
+                raise ServeFailed(f"the LLM cassette server cannot listen on {self.cassette.host}:"
+                                  f"{self.cassette.port}: {exc} (free the port or pass --llm-port)") from exc
+
+    def stop(self) -> None:
+        self.universe.stop()
+        if self.cassette is not None:
+            self.cassette.stop()
+
+    def rewind(self) -> None:
+        """A new run: call logs cleared, sequence tools and the cassette cursor rewound."""
+        self.universe.reset()
+        if self.cassette is not None:
+            self.cassette.reset()
+
+    def mcp_calls(self) -> list[McpCall]:
+        return [McpCall.model_validate(e) for e in self.universe.call_log()]
+
+    def llm_calls(self) -> list[LlmCall]:
+        return [LlmCall.model_validate(e) for e in self.cassette.call_log()] if self.cassette else []
+
+
+@contextlib.contextmanager
+def _exported(servers: ScenarioServers) -> Iterator[None]:
+    """Tell an in-process agent where its tools and model are, for the scenario's duration only."""
+    values = {ENV_UNIVERSE_URL: servers.universe_url, ENV_LLM_BASE_URL: servers.llm_url}
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if value:
+            os.environ[key] = value
+        else:
+            os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# ---------------------------------------------------------------- one run
+
+
+def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[LlmCall]) -> list[str]:
+    """Misses are evidence, not failures (yet): say them in the trace so no reader can overlook them."""
+    out = []
+    missed = [c for c in mcp_calls if c.divergence]
+    if missed:
+        calls = ", ".join(f"{c.tool_name}({json.dumps(c.args, sort_keys=True)}) -> {c.match}" for c in missed[:5])
+        out.append(f"universe divergence: {len(missed)} tool call(s) matched no recording: {calls}")
+    misses = [c for c in llm_calls if c.match == "miss"]
+    if misses:
+        d = misses[0].divergence or {}
+        out.append(f"llm divergence: {len(misses)} model request(s) matched no cassette recording; the first at "
+                   f"{d.get('at')}: expected {d.get('expected')!r}, received {d.get('received')!r}")
+    return out
+
+
+class _Run:
+    """Collects one run's evidence as it happens; `trace()` seals it."""
+
+    def __init__(self, loaded: LoadedScenario, index: int, options: RunOptions, sweep_id: str) -> None:
+        self.loaded, self.index, self.options, self.sweep_id = loaded, index, options, sweep_id
+        self.started_at = _now()
+        self.t0 = time.perf_counter()
+        self.session_id: str | None = None
+        self.turns: list[Turn] = []
+        self.surface: SurfaceProbe | None = None
+        self.timings: dict[str, float] = {}
+        self.warnings: list[str] = list(options.runtime.warnings)
+        self.error: str | None = None
+
+    def drive(self) -> None:
+        """Reset, probe, inject; the first failure ends the run as its `error`."""
+        runtime = self.options.runtime
+        turns = self.loaded.scenario.user_turns if self.loaded.scenario else []
+        phase = "reset"
+        try:
+            t = time.perf_counter()
+            runtime.reset()
+            self.timings["reset_ms"] = _ms(t)
+            phase, t = "surface", time.perf_counter()
+            self.surface = runtime.surface()
+            self.timings["surface_ms"] = _ms(t)
+            if self.surface.status == "invalid":
+                self.warnings.append(f"surface invalid (recorded as such, the run goes on): {self.surface.detail}")
+            self.session_id = new_session_id()
+            t = time.perf_counter()
+            for n, text in enumerate(turns, 1):
+                phase = f"turn {n} of {len(turns)}"
+                self.turns.append(Turn.from_result(text, runtime.inject(self.session_id, text)))
+            self.timings["turns_ms"] = _ms(t)
+        except ResetFailed as exc:
+            self.error = f"reset failed: {exc}"
+        except ContractViolation as exc:
+            self.error = f"{phase}: {exc}"
+        except Exception as exc:  # a runtime bug must still leave a trace, not kill the sweep
+            self.error = f"{phase}: the runtime raised {type(exc).__name__}: {exc}"
+
+    def trace(self, servers: ScenarioServers | None) -> Trace:
+        mcp_calls = servers.mcp_calls() if servers else []
+        llm_calls = servers.llm_calls() if servers else []
+        integrity, warnings = run_integrity(self.turns, mcp_calls, self.error)
+        self.warnings += warnings + _divergence_warnings(mcp_calls, llm_calls)
+        witnessed = servers is not None and servers.universe.mcp_requests > 0
+        if servers is not None and not witnessed and self.error is None:
+            self.warnings.append(f"the universe at {servers.universe_url} saw no MCP request during this run: is the "
+                                 "agent configured with that URL? (only the agent's own report is evidence here)")
+        if servers is not None:
+            self.warnings = servers.warnings + self.warnings
+        runtime = self.options.runtime
+        return Trace(
+            wt_trace=1, scenario_id=self.loaded.id, run_index=self.index,
+            run_id=f"{self.sweep_id}/{self.loaded.id}/run-{self.index}", label=self.options.label,
+            started_at=self.started_at, ended_at=_now(), runtime=runtime.name, inject_url=runtime.url,
+            session_id=self.session_id, universe_url=servers.universe_url if servers else None,
+            llm_url=servers.llm_url if servers else None, surface=self.surface, turns=self.turns,
+            mcp_calls=mcp_calls, llm_calls=llm_calls,
+            evidence=Evidence(witness="available" if witnessed else "unavailable",
+                              llm="replay" if servers and servers.cassette else "live"),
+            warnings=self.warnings, integrity=integrity, timings=Timings(total_ms=_ms(self.t0), **self.timings),
+        )
+
+
+def error_trace(loaded: LoadedScenario, options: RunOptions, sweep_id: str, reason: str) -> Trace:
+    """The Trace of a scenario that could not even start its first run (bad fixture, port in use)."""
+    run = _Run(loaded, 1, options, sweep_id)
+    run.error = reason
+    return run.trace(None)
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+class Sweep:
+    """One `wt-otel run` invocation: scenarios in order, traces on disk, a verdict per scenario."""
+
+    def __init__(self, options: RunOptions, sweep_id: str | None = None) -> None:
+        self.options = options
+        self.sweep_id = sweep_id or new_sweep_id()
+        self.directory = options.runs_dir / self.sweep_id
+        self.started_at = now_iso()
+        self._dirs: set[str] = set()
+
+    def _progress(self, text: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(text)
+
+    def _scenario_dir(self, loaded: LoadedScenario) -> Path:
+        """The scenario's folder in the sweep: its id, made unique when two scenarios share one."""
+        name, n = loaded.id, 2
+        while name in self._dirs:
+            name, n = f"{loaded.id}-{n}", n + 1
+        self._dirs.add(name)
+        return self.directory / name
+
+    def _write(self, result: ScenarioResult, folder: Path, trace: Trace) -> None:
+        path = folder / f"run-{trace.run_index}{TRACE_SUFFIX}"
+        atomic_write(path, json.dumps(trace.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        result.traces.append(trace)
+        result.trace_paths.append(path)
+
+    def run_scenario(self, loaded: LoadedScenario, position: str) -> ScenarioResult:
+        """Every run of one scenario; the first ERROR ends it (a broken endpoint or wipe will not heal)."""
+        runs = self.options.runs or loaded.runs
+        result = ScenarioResult(loaded.id, loaded.path, runs)
+        folder = self._scenario_dir(loaded)
+        if loaded.error:
+            self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
+            self._judge(result, loaded)
+            return result
+        servers = ScenarioServers(loaded, self.options)
+        try:
+            servers.start()
+        except ServeFailed as exc:
+            reason = f"cannot serve the scenario's fixtures: {exc}"
+            self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, reason))
+            self._judge(result, loaded)
+            return result
+        self.options.emit(f"{loaded.id}: universe at {servers.universe_url}"
+                          + (f", LLM cassette at {servers.llm_url}" if servers.llm_url else ""))
+        try:
+            with _exported(servers):
+                for index in range(1, runs + 1):
+                    self._progress(f"{position} {loaded.id}: run {index}/{runs}")
+                    servers.rewind()
+                    run = _Run(loaded, index, self.options, self.sweep_id)
+                    run.drive()
+                    trace = run.trace(servers)
+                    self._write(result, folder, trace)
+                    if trace.integrity.status == "ERROR":
+                        break
+        finally:
+            servers.stop()
+        self._judge(result, loaded, skipped=runs - len(result.traces))
+        return result
+
+    def _judge(self, result: ScenarioResult, loaded: LoadedScenario, skipped: int = 0) -> None:
+        """Score every run (writing `run-<n>.score.json` beside each trace) and set the scenario's verdict."""
+        record = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
+                                result.trace_paths)
+        if record.verdict == "ERROR" and skipped > 0:
+            record.detail = f"{record.detail} ({skipped} later run(s) skipped)"
+        result.record, result.scores = record, list(record.scores)
+        result.verdict = ScenarioVerdict(record.verdict, record.detail)
+
+    def run(self, scenarios: list[LoadedScenario]) -> SweepResult:
+        results: list[ScenarioResult] = []
+        stopped: str | None = None
+        errors_in_a_row = 0
+        for i, loaded in enumerate(scenarios, 1):
+            if stopped:
+                results.append(ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs))
+                continue
+            result = self.run_scenario(loaded, f"[{i}/{len(scenarios)}]")
+            results.append(result)
+            errors_in_a_row = errors_in_a_row + 1 if result.status == "ERROR" else 0
+            if errors_in_a_row >= self.options.breaker and i < len(scenarios):
+                stopped = (f"circuit breaker: {errors_in_a_row} consecutive scenarios errored (the last: "
+                           f"{result.detail}); {len(scenarios) - i} scenario(s) not run")
+        return self.finish(results, scenarios, stopped)
+
+    def record_error(self, loaded: LoadedScenario, reason: str) -> SweepResult:
+        """This sweep as one scenario that could not run, for `reason` (see `error_sweep`)."""
+        result = ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs)
+        self._write(result, self._scenario_dir(loaded), error_trace(loaded, self.options, self.sweep_id, reason))
+        self._judge(result, loaded)
+        return self.finish([result], [loaded])
+
+    def finish(self, results: list[ScenarioResult], scenarios: list[LoadedScenario],
+               stopped: str | None = None) -> SweepResult:
+        """The output stage: `summary.json`, the results record, and the ledger rows (not-run ones included)."""
+        sweep = SweepResult(self.sweep_id, self.directory, results, stopped)
+        self.write_summary(sweep)
+        sweep.record = sweep_record(sweep, scenarios, started_at=self.started_at, label=self.options.label,
+                                    selection=self.options.selection)
+        if self.options.ledger:
+            sweep.ledger_path = append_ledger(self.options.runs_dir, sweep.record)
+        return sweep
+
+    def write_summary(self, sweep: SweepResult) -> None:
+        """`summary.json`: every scenario with its verdict, runs and trace files, not-run ones included."""
+        data = {
+            "sweep_id": sweep.sweep_id, "label": self.options.label, "runtime": self.options.runtime.name,
+            "llm": self.options.llm, "stopped": sweep.stopped, "passed": sweep.passed,
+            "scenarios": [{
+                "id": s.id, "path": str(s.path), "verdict": s.status, "detail": s.detail, "note": s.note,
+                "runs_planned": s.runs_planned, "runs_recorded": len(s.traces),
+                "traces": [str(p.relative_to(sweep.directory)) for p in s.trace_paths],
+            } for s in sweep.scenarios],
+        }
+        atomic_write(sweep.directory / SUMMARY_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def load_all(dirs: list[Path], llm: LlmMode) -> list[LoadedScenario]:
+    """Load every scenario directory; a broken one comes back with `error` set, never raised."""
+    return [load_scenario_dir(d, need_cassette=llm == "replay") for d in dirs]
+
+
+def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepResult:
+    """`wt-otel run` without the command line: load, replay, score, write summary and ledger rows.
+
+    For callers that pick their scenarios themselves (`wt-otel serve`'s automatic replay): no selection,
+    every directory is run, a broken one is an ERROR row like any other.
+    """
+    return Sweep(options).run(load_all(scenario_dirs, options.llm))
+
+
+def error_sweep(scenario_dir: Path, options: RunOptions, reason: str) -> SweepResult:
+    """A sweep of one scenario that did not run, for `reason`: an ERROR trace, its score and a ledger row.
+
+    So that a replay that never finished (serve stopped or killed mid-run) still leaves the same record
+    as one that failed, instead of vanishing from the ledger.
+    """
+    return Sweep(options).record_error(load_scenario_dir(scenario_dir, need_cassette=False), reason)
+
+
+__all__ = ["BREAKER", "ENV_LLM_BASE_URL", "ENV_UNIVERSE_URL", "RunOptions", "ScenarioResult", "ScenarioServers",
+           "Sweep", "SweepResult", "WitnessingUniverseServer", "error_sweep", "error_trace", "load_all",
+           "new_sweep_id", "run_sweep"]

@@ -1,0 +1,245 @@
+"""The `wt-otel serve` configuration: one YAML file, one pydantic model per component.
+
+Every component has a config with defaults (the OTel Collector's model), so an
+empty file, or none at all, is a working setup: receivers on loopback, data in
+`./wt-data`, sessions complete after 30 s idle, the incident flagger on with
+its attribute rules, the redactor off. Command-line flags override the file.
+
+The models live in the core because the CLI parses them; the processors read
+their own section (`config.assembler`, `config.flagger`, ...) and the
+receivers read `config.receivers`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from wt_otel.ingest.sessions import FLAG_KEYS
+from wt_otel.scorers import AUTO_REPLAY_SCORERS
+from wt_otel.serve.receivers.config import ReceiversConfig
+
+__all__ = [
+    "AssemblerConfig",
+    "ConfigError",
+    "FilterConfig",
+    "FlagRule",
+    "FlaggerConfig",
+    "QueueConfig",
+    "ReceiversConfig",
+    "RedactorConfig",
+    "RedactionPattern",
+    "ReplayConfig",
+    "ReplayResultsConfig",
+    "ServeConfig",
+    "load_serve_config",
+]
+
+
+class _Strict(BaseModel):
+    """A typo in a config key is an error, not a silently ignored setting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FilterConfig(_Strict):
+    """The cheap GenAI filter in front of everything else."""
+
+    enabled: bool = True
+    max_known_traces: int = Field(100_000, gt=0, description="LRU of trace ids known to carry GenAI spans")
+
+
+class AssemblerConfig(_Strict):
+    """When a streaming session is complete, and how much memory it may hold."""
+
+    idle_timeout: float = Field(30.0, gt=0, description="seconds with no new record before a session is complete")
+    grace: float = Field(2.0, ge=0, description="seconds to wait after the root agent/workflow span ended")
+    max_open_sessions: int = Field(10_000, gt=0)
+    max_records_per_session: int = Field(20_000, gt=0)
+    late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
+    max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
+
+
+class FlagRule(_Strict):
+    """One incident rule; the first matching rule (in file order) names the flag.
+
+    kind `attribute`: a span (or event/log) attribute whose key matches `key`
+    (fnmatch pattern, e.g. `gen_ai.feedback.*`) and whose value matches `match`:
+    `present` (set and truthy), `equals` (`value`), `regex` (`regex`, searched
+    in the value as text) or `negative` (user feedback: a number below 0, or a
+    word like negative / thumbs_down / bad). kind `status_error`: a span with
+    status ERROR. kind `event`: a span event or log record whose name matches
+    `name` (fnmatch). `ref_attribute` names the attribute (on any span) that
+    supplies the incident id written as `source.ref`.
+    """
+
+    name: str
+    kind: Literal["attribute", "status_error", "event"] = "attribute"
+    enabled: bool = True
+    keys: list[str] = []
+    match: Literal["present", "equals", "regex", "negative"] = "present"
+    value: Any = None
+    regex: str | None = None
+    event_name: str | None = None
+    ref_attribute: str | None = None
+    ref_from_value: bool = Field(False, description="use the matched attribute's value as source.ref")
+
+    @model_validator(mode="after")
+    def _complete(self) -> FlagRule:
+        if self.kind == "attribute" and not self.keys:
+            raise ValueError(f"flag rule {self.name!r}: an attribute rule needs `keys` (attribute names or patterns)")
+        if self.kind == "event" and not self.event_name:
+            raise ValueError(f"flag rule {self.name!r}: an event rule needs `event_name`")
+        if self.match == "regex" and not self.regex:
+            raise ValueError(f"flag rule {self.name!r}: match: regex needs `regex`")
+        if self.match == "equals" and self.value is None:
+            raise ValueError(f"flag rule {self.name!r}: match: equals needs `value`")
+        return self
+
+
+FEEDBACK_KEYS = ["user.feedback", "user.feedback.*", "feedback", "feedback.*", "gen_ai.feedback.*",
+                 "gen_ai.evaluation.score.label", "user_feedback", "user_feedback.*"]
+
+
+def default_flag_rules() -> list[FlagRule]:
+    """wt.incident / wt.flag (ref from the incident id), negative user feedback; span ERROR is off.
+
+    ERROR status is off by default: tool errors the agent recovered from and
+    retried rate limits are routine, and flagging each would flood the replay
+    queue. Turn it on with `enabled: true`.
+    """
+    return [
+        FlagRule(name="incident-attribute", keys=list(FLAG_KEYS), match="present", ref_from_value=True,
+                 ref_attribute="wt.incident.id"),
+        FlagRule(name="negative-feedback", keys=FEEDBACK_KEYS, match="negative"),
+        FlagRule(name="span-error", kind="status_error", enabled=False),
+    ]
+
+
+class FlaggerConfig(_Strict):
+    enabled: bool = True
+    rules: list[FlagRule] = Field(default_factory=default_flag_rules)
+
+
+class RedactionPattern(_Strict):
+    """A user pattern; a named group `secret` limits the replacement to that group."""
+
+    name: str
+    regex: str
+
+
+class RedactorConfig(_Strict):
+    """Off by default: redaction changes what replay sees, so it is a decision, not a surprise."""
+
+    enabled: bool = False
+    builtins: list[Literal["email", "api_key", "bearer", "card"]] = ["email", "api_key", "bearer", "card"]
+    patterns: list[RedactionPattern] = []
+    attribute_keys: list[str] = Field(default_factory=list, description="object keys whose values are blanked")
+    replacement: str = Field("[REDACTED:{name}]", description="`{name}` is the pattern name")
+
+
+class QueueConfig(_Strict):
+    max_queued_records: int = Field(100_000, gt=0)
+
+
+class ReplayResultsConfig(_Strict):
+    """Where replay results go as OTel spans (the `result-spans` exporter); no endpoint: not exported."""
+
+    otlp_endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317")
+    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
+    otlp_headers: dict[str, str] = Field(default_factory=dict, description="sent with every export")
+    agent_name: str | None = Field(None, description="gen_ai.agent.name on invoke_agent spans [the inject URL]")
+
+
+class ReplayConfig(_Strict):
+    """Automatic replay of flagged incidents (off by default: it drives an agent endpoint).
+
+    A session written complete and flagged is imported into `<data-dir>/scenarios/<slug>/`
+    (unreviewed, with `outcome_scorers` as its default outcome check) and queued; one worker
+    replays the queue one scenario at a time against `inject_url`. The agent there must be
+    configured out-of-band with the universe (`universe_port`) and cassette (`llm_port`) URLs,
+    which is why those ports are fixed by default, as in `wt-otel run`.
+    """
+
+    enabled: bool = False
+    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
+    inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
+    runs: int = Field(1, gt=0, description="runs per incident")
+    llm: Literal["replay", "live"] = "replay"
+    llm_match: Literal["exact", "sequence"] = "exact"
+    universe_port: int = Field(8648, ge=0, le=65535)
+    llm_port: int = Field(8649, ge=0, le=65535)
+    runs_dir: Path | None = Field(None, description="traces, scores and the ledger [<data-dir>/runs]")
+    results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
+    queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
+    outcome_scorers: list[str] = Field(default_factory=lambda: ["no_divergence", "substantiated_by_tools"],
+                                       description="written into each imported scorer.py as all_of(...)")
+    stop_timeout: float = Field(10.0, ge=0, description="seconds SIGTERM waits for the replay in flight")
+
+    @field_validator("outcome_scorers")
+    @classmethod
+    def _known_scorers(cls, names: list[str]) -> list[str]:
+        """Names become code in scorer.py: only the whitelisted factory names are accepted, never pasted text."""
+        unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
+        if unknown:
+            raise ValueError(f"unknown outcome scorer(s) {unknown}: choose from {sorted(AUTO_REPLAY_SCORERS)} "
+                             "(wt_otel.scorers factories that take no arguments)")
+        if not names:
+            raise ValueError("name at least one outcome scorer (e.g. no_divergence), or the replay judges nothing")
+        return list(dict.fromkeys(names))
+
+
+class ServeConfig(_Strict):
+    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
+    data_dir: Path = Path("wt-data")
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+    assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
+    flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
+    redactor: RedactorConfig = Field(default_factory=RedactorConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where automatic replays write traces, scores and the ledger."""
+        return self.replay.runs_dir or self.data_dir / "runs"
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServeConfig:
+    """The config from `path` (YAML; none = defaults), with dotted-key `overrides` applied on top.
+
+    `overrides` maps e.g. "receivers.grpc_endpoint" to a value; None values are
+    skipped so unset command-line flags leave the file's setting alone.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"{path}: cannot read config: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the config must be a mapping of sections (receivers, data_dir, ...)")
+        data = loaded or {}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{path}: `{p}` must be a mapping")
+        node[leaf] = value
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as e:
+        where = path or "command line"
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {problems}") from None

@@ -1,0 +1,114 @@
+"""The hand-off between receivers and processing: a bounded queue and one worker.
+
+Receivers call `offer(records)`, which never blocks: the records are queued
+(ACCEPTED), or the queue is full (FULL -> HTTP 429 / gRPC RESOURCE_EXHAUSTED,
+the client retries later), or the pipeline is shutting down (CLOSED -> 503 /
+UNAVAILABLE). Nothing is buffered beyond `max_queued_records`.
+
+One worker thread feeds queued batches to the `Consumer` (the processors) and
+calls its `tick(now)` at least every `tick_interval` seconds so time-based
+work (idle sessions) happens without traffic. `stop()` refuses new work,
+drains what was accepted, then closes the consumer: every record acknowledged
+to a client is processed on a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from wt_otel.model.spans import Record
+from wt_otel.serve.metrics import Metrics
+
+log = logging.getLogger("wt_otel.serve.pipeline")
+
+
+class Admission(enum.Enum):
+    ACCEPTED = "accepted"
+    FULL = "full"
+    CLOSED = "closed"
+
+
+class Consumer(Protocol):
+    def consume(self, records: Sequence[Record], now: float) -> None: ...
+
+    def tick(self, now: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Pipeline:
+    def __init__(self, consumer: Consumer, metrics: Metrics | None = None, max_queued_records: int = 100_000,
+                 tick_interval: float = 0.5) -> None:
+        self.consumer = consumer
+        self.metrics = metrics or Metrics()
+        self.max_queued_records = max_queued_records
+        self.tick_interval = tick_interval
+        self._queue: queue.Queue[Sequence[Record] | None] = queue.Queue()
+        self._queued = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
+
+    def start(self) -> Pipeline:
+        self._worker.start()
+        return self
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def offer(self, records: Sequence[Record]) -> Admission:
+        """Queue a batch without blocking; all or nothing."""
+        n = len(records)
+        with self._lock:
+            if self._closed:
+                return Admission.CLOSED
+            if self._queued + n > self.max_queued_records and self._queued > 0:
+                return Admission.FULL
+            self._queued += n
+            self.metrics.set("wt_otel_queue_depth", self._queued)
+            self._queue.put(records)
+        return Admission.ACCEPTED
+
+    def _run(self) -> None:
+        next_tick = time.monotonic() + self.tick_interval
+        while True:
+            try:
+                batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
+            except queue.Empty:
+                batch = ()
+            if batch is None:
+                break
+            now = time.time()
+            if batch:
+                self._safely(self.consumer.consume, batch, now)
+                with self._lock:
+                    self._queued -= len(batch)
+                    self.metrics.set("wt_otel_queue_depth", self._queued)
+            if time.monotonic() >= next_tick:
+                self._safely(self.consumer.tick, now)
+                next_tick = time.monotonic() + self.tick_interval
+
+    def _safely(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:  # a bug in one batch must not stop the pipeline; it is logged and counted
+            log.exception("pipeline consumer failed")
+            self.metrics.inc("wt_otel_pipeline_errors_total")
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new work, process everything accepted, close the consumer (flushes sessions)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
+        if self._worker.is_alive():
+            self._worker.join(timeout)
+        self._safely(self.consumer.close)

@@ -1,0 +1,329 @@
+"""What both OTLP transports share, so gRPC and HTTP answer a given request the same way.
+
+`export()` is the one path from a request body to the pipeline: decode
+(protobuf or OTLP/JSON), reject records the pipeline could not key on (bad
+trace/span ids -> partial success, as the OTLP spec asks), offer the rest to
+the bounded `Pipeline`, count everything. The transports only translate its
+`Outcome` into status codes.
+
+Also here: bounded gzip decompression (the decompressed size is checked while
+inflating, so a gzip bomb never allocates more than the cap), bearer-token
+checks (constant time), and the hand-written wire encoding of
+`google.rpc.Status`/`RetryInfo` -- those messages live in
+googleapis-common-protos, which is not in our dependency set, and each is one
+or two fields.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.model.spans import LogRecord, Record, SpanRecord
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Admission, Pipeline
+
+# Told to clients in Retry-After / RetryInfo when the queue is full or we are shutting down.
+RETRY_AFTER_SECONDS = 1
+RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo"
+
+_ZERO_TRACE_ID = "0" * 32
+_ZERO_SPAN_ID = "0" * 16
+
+
+class Signal(enum.Enum):
+    TRACES = "traces"
+    LOGS = "logs"
+
+
+class Encoding(enum.Enum):
+    PROTOBUF = "protobuf"
+    JSON = "json"
+
+
+class Outcome(enum.Enum):
+    OK = "ok"  # accepted (possibly with some records rejected: see ExportResult.rejected)
+    MALFORMED = "malformed"  # HTTP 400 / INVALID_ARGUMENT
+    FULL = "full"  # HTTP 429 / RESOURCE_EXHAUSTED, retry later
+    CLOSED = "closed"  # HTTP 503 / UNAVAILABLE, shutting down
+    ERROR = "error"  # a bug on our side: HTTP 500 / INTERNAL
+
+
+class MalformedRequest(ValueError):
+    """The body cannot be read as an OTLP request; `str()` says what is wrong."""
+
+
+class TooLarge(ValueError):
+    """A body (or its decompressed form) exceeds a configured limit."""
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@dataclass(slots=True)
+class Decoded:
+    """A request's records that passed validation, and what was rejected and why."""
+
+    records: list[Record]
+    received: int
+    rejected: int
+    error_message: str
+
+
+def decode(signal: Signal, body: bytes | Message, encoding: Encoding) -> Decoded:
+    """Parse and validate one export request; raises `MalformedRequest`.
+
+    `body` may already be a parsed request message (when a servicer is
+    registered with grpc's generated deserializer).
+    """
+    if signal is Signal.TRACES:
+        spans = _parse_spans(body, encoding)
+        return _validated(spans, _span_problem, "spans")
+    logs = _parse_logs(body, encoding)
+    return _validated(logs, _log_problem, "log records")
+
+
+def _parse_spans(body: bytes | Message, encoding: Encoding) -> list[SpanRecord]:
+    if encoding is Encoding.JSON:
+        return _from_json(body, spans_from_json)
+    request = body if isinstance(body, Message) else _parse_pb(ExportTraceServiceRequest, body)
+    return list(spans_from_request(request))
+
+
+def _parse_logs(body: bytes | Message, encoding: Encoding) -> list[LogRecord]:
+    if encoding is Encoding.JSON:
+        return _from_json(body, logs_from_json)
+    request = body if isinstance(body, Message) else _parse_pb(ExportLogsServiceRequest, body)
+    return list(logs_from_request(request))
+
+
+def _parse_pb(cls: type[Message], body: bytes) -> Message:
+    try:
+        return cls.FromString(body)
+    except DecodeError as e:
+        raise MalformedRequest(f"body is not a valid {cls.__name__} protobuf ({e}); "
+                               f"{len(body)} bytes received — truncated, or not OTLP protobuf?") from None
+
+
+def _from_json(body: bytes | Message, decoder) -> list:
+    if isinstance(body, Message):
+        raise TypeError("OTLP/JSON bodies are bytes")
+    try:
+        obj = json.loads(body)
+    except RecursionError:
+        raise MalformedRequest("invalid JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise MalformedRequest(f"invalid JSON: {e}") from None
+    try:
+        return list(decoder(obj))
+    except OtlpJsonError as e:
+        raise MalformedRequest(f"not an OTLP/JSON request: {e}") from None
+    except RecursionError:
+        raise MalformedRequest("OTLP/JSON AnyValue nested too deeply") from None
+
+
+def _id_problem(what: str, hex_id: str, nbytes: int) -> str | None:
+    if len(hex_id) != 2 * nbytes:
+        return f"{what} is {len(hex_id) // 2} bytes, must be {nbytes}"
+    return None
+
+
+def _span_problem(span: SpanRecord) -> str | None:
+    """Why a span cannot be accepted (the session assembler keys on its ids), or None."""
+    problem = _id_problem("trace_id", span.trace_id, 16) or _id_problem("span_id", span.span_id, 8)
+    if problem is None and span.trace_id == _ZERO_TRACE_ID:
+        problem = "trace_id is all zeros (invalid per the W3C trace context)"
+    if problem is None and span.span_id == _ZERO_SPAN_ID:
+        problem = "span_id is all zeros (invalid per the W3C trace context)"
+    if problem is None and span.parent_span_id is not None:
+        problem = _id_problem("parent_span_id", span.parent_span_id, 8)
+    return problem
+
+
+def _log_problem(log: LogRecord) -> str | None:
+    """Log ids are optional; present ones must have the right length. All-zero ids mean
+    "no trace context" (SDKs send them for logs outside a span), so they become None
+    rather than grouping unrelated logs under trace 000…0."""
+    if log.trace_id == _ZERO_TRACE_ID:
+        log.trace_id = None
+    if log.span_id == _ZERO_SPAN_ID:
+        log.span_id = None
+    if log.trace_id is not None and (problem := _id_problem("trace_id", log.trace_id, 16)):
+        return problem
+    if log.span_id is not None and (problem := _id_problem("span_id", log.span_id, 8)):
+        return problem
+    return None
+
+
+def _validated(records: Sequence[Record], problem_of, noun: str) -> Decoded:
+    kept: list[Record] = []
+    first = ""
+    for record in records:
+        problem = problem_of(record)
+        if problem is None:
+            kept.append(record)
+        elif not first:
+            name = getattr(record, "name", None) or getattr(record, "event_name", "")
+            first = f"{_short(name)}: {problem}" if name else problem
+    rejected = len(records) - len(kept)
+    message = f"rejected {rejected} of {len(records)} {noun}; first: {first}" if rejected else ""
+    return Decoded(kept, len(records), rejected, message)
+
+
+def _short(name: str, limit: int = 80) -> str:
+    return repr(name if len(name) <= limit else name[:limit] + "…")
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass(slots=True)
+class ExportResult:
+    outcome: Outcome
+    message: str = ""  # what went wrong (not OK), or the partial-success message
+    rejected: int = 0  # records of an OK request that were rejected
+
+    def response(self, signal: Signal) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
+        """The OTLP success response; `partial_success` only when something was rejected."""
+        if signal is Signal.TRACES:
+            if not self.rejected:
+                return ExportTraceServiceResponse()
+            return ExportTraceServiceResponse(partial_success=ExportTracePartialSuccess(
+                rejected_spans=self.rejected, error_message=self.message))
+        if not self.rejected:
+            return ExportLogsServiceResponse()
+        return ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
+            rejected_log_records=self.rejected, error_message=self.message))
+
+
+def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: Pipeline,
+           metrics: Metrics) -> ExportResult:
+    """Decode, validate, offer to the pipeline, count. Never blocks on the pipeline."""
+    try:
+        decoded = decode(signal, body, encoding)
+    except MalformedRequest as e:
+        return ExportResult(Outcome.MALFORMED, str(e))
+    received = "wt_otel_spans_received_total" if signal is Signal.TRACES else "wt_otel_log_records_received_total"
+    metrics.inc(received, decoded.received)
+    if decoded.rejected:
+        metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
+    if not decoded.records:
+        return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+    admission = pipeline.offer(decoded.records)
+    n = len(decoded.records)
+    if admission is Admission.ACCEPTED:
+        metrics.inc("wt_otel_records_accepted_total", n)
+        return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+    if admission is Admission.FULL:
+        metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
+        return ExportResult(Outcome.FULL, f"the pipeline queue is full ({n} records refused); "
+                                          f"retry after {RETRY_AFTER_SECONDS}s")
+    metrics.inc("wt_otel_records_rejected_total", n, reason="shutting_down")
+    return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
+
+
+# --------------------------------------------------------------------------- limits, auth
+
+
+def gunzip_capped(data: bytes, cap: int) -> bytes:
+    """Decompress a gzip body (one or more members), never holding more than `cap` + 1
+    output bytes: raises `TooLarge` past the cap, `MalformedRequest` on broken gzip."""
+    out = bytearray()
+    rest = data
+    try:
+        while True:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pending = rest
+            while not inflater.eof:
+                # max_length must stay >= 1: 0 would mean "unlimited".
+                chunk = inflater.decompress(pending, cap + 1 - len(out))
+                out += chunk
+                if len(out) > cap:
+                    raise TooLarge(f"gzip body inflates beyond the {cap}-byte limit (max_decompressed_bytes)")
+                pending = inflater.unconsumed_tail
+                if not pending and not chunk:
+                    raise MalformedRequest("gzip body is empty or truncated")
+            rest = inflater.unused_data
+            if not rest:
+                return bytes(out)
+            if not rest.startswith(b"\x1f\x8b"):
+                raise MalformedRequest(f"{len(rest)} bytes of garbage after the gzip stream")
+    except zlib.error as e:
+        raise MalformedRequest(f"invalid gzip body: {e}") from None
+
+
+def load_token(path: Path | None) -> bytes | None:
+    """The bearer token from `path` (surrounding whitespace stripped), or None for no auth.
+
+    An empty file is an error: it would otherwise make "Bearer " a valid credential."""
+    if path is None:
+        return None
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise ValueError(f"auth token file {path} is empty")
+    return token.encode()
+
+
+def bearer_ok(header: str | None, token: bytes) -> bool:
+    """Whether an `Authorization` value carries `token` (scheme case-insensitive, RFC 7235)."""
+    if not header:
+        return False
+    scheme, _, credentials = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), token)
+
+
+# --------------------------------------------------------------------------- google.rpc wire format
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value) if value else b""
+
+
+def retry_info_bytes(seconds: int = RETRY_AFTER_SECONDS) -> bytes:
+    """`google.rpc.RetryInfo{retry_delay: Duration{seconds}}` serialized."""
+    return _len_field(1, _int_field(1, seconds))
+
+
+def rpc_status_bytes(code: int, message: str, details: Iterable[tuple[str, bytes]] = ()) -> bytes:
+    """`google.rpc.Status{code, message, details: [Any{type_url, value}]}` serialized."""
+    out = _int_field(1, code)
+    if message:
+        out += _len_field(2, message.encode())
+    for type_url, value in details:
+        out += _len_field(3, _len_field(1, type_url.encode()) + _len_field(2, value))
+    return out

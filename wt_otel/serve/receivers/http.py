@@ -1,0 +1,400 @@
+"""OTLP/HTTP on the standard library's `ThreadingHTTPServer` (no web framework needed).
+
+Routes:
+
+=================  ======  =====================================================
+path               method  answer
+=================  ======  =====================================================
+/v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
+/v1/logs           POST    OTLP export
+/healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes)
+/metrics           GET     Prometheus text; needs the token when one is set,
+                           because counters reveal traffic (Prometheus sends one
+                           with ``authorization.credentials_file``)
+anything else      any     404; a known path with the wrong method: 405
+=================  ======  =====================================================
+
+Export answers, in the request's encoding (`google.rpc.Status` bodies for
+errors, as the OTLP spec asks): 200 (`partial_success` when records were
+rejected), 400 malformed body (the message says what is wrong), 401
+missing/wrong bearer token, 411 no Content-Length and not chunked, 413 body
+above `max_message_bytes` or inflating above `max_decompressed_bytes`, 415
+content type other than ``application/x-protobuf``/``application/json`` or a
+content encoding other than gzip, 429 + Retry-After (queue full or too many
+concurrent exports), 503 + Retry-After (shutting down).
+
+Whenever a request is refused before its body is read, the connection is
+closed (``Connection: close``): the unread body would otherwise be parsed as
+the next request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from google.protobuf import json_format
+
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.pipeline import Pipeline
+from wt_otel.serve.receivers.common import (
+    RETRY_AFTER_SECONDS,
+    RETRY_INFO_TYPE_URL,
+    Encoding,
+    MalformedRequest,
+    Outcome,
+    Signal,
+    TooLarge,
+    bearer_ok,
+    export,
+    gunzip_capped,
+    retry_info_bytes,
+    rpc_status_bytes,
+)
+from wt_otel.serve.receivers.config import ReceiversConfig, split_endpoint
+
+log = logging.getLogger("wt_otel.serve.receivers.http")
+
+_EXPORT_PATHS = {"/v1/traces": Signal.TRACES, "/v1/logs": Signal.LOGS}
+_CONTENT_TYPES = {
+    "application/x-protobuf": Encoding.PROTOBUF,
+    "application/protobuf": Encoding.PROTOBUF,
+    "application/json": Encoding.JSON,
+}
+_MEDIA_TYPE = {Encoding.PROTOBUF: "application/x-protobuf", Encoding.JSON: "application/json"}
+# google.rpc.Code for the Status body of each HTTP error, as grpc-gateway maps them.
+_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 411: 3, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
+# Exports decoding at once; each holds up to max_message_bytes + max_decompressed_bytes.
+_MAX_CONCURRENT_EXPORTS = 32
+_IDLE_TIMEOUT_SECONDS = 30  # a silent client (slowloris, dead peer) frees its thread after this
+_MAX_TRAILER_LINES = 64
+_LINGER_SECONDS = 2.0  # see _Handler._linger
+_LINGER_MAX_BYTES = 64 * 1024 * 1024
+
+
+class _Reply(Exception):
+    """Ends request handling with an HTTP error; raised from deep inside body reading."""
+
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.close = status, message, close
+
+
+class OtlpHttpServer(ThreadingHTTPServer):
+    """The HTTP receiver: one thread per connection, bounded concurrent exports, graceful stop."""
+
+    daemon_threads = True
+
+    def __init__(self, config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics, token: bytes | None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        assert config.http_endpoint is not None
+        host, port = split_endpoint(config.http_endpoint)
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        self.config, self.pipeline, self.metrics, self.token = config, pipeline, metrics, token
+        self.stopping = False
+        self.export_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_EXPORTS)
+        self._connections: set[socket.socket] = set()
+        self._busy = 0
+        self._idle = threading.Condition()
+        super().__init__((host, port), _Handler)
+        if ssl_context is not None:
+            # The handshake runs in the connection's thread (see _Handler.setup), not in the accept loop,
+            # so a client that never finishes it cannot stall everyone else.
+            self.socket = ssl_context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    # -- connection and request tracking, for a graceful stop
+
+    def process_request(self, request, client_address) -> None:
+        with self._idle:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        with self._idle:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let requests in progress finish (up to `grace` s), then drop idle keep-alives."""
+        self.stopping = True
+        self.shutdown()
+        self.server_close()
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout=grace)
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request, client_address) -> None:
+        # Resets, timeouts and TLS failures are the client's business; keep them out of stderr.
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: OtlpHttpServer
+    protocol_version = "HTTP/1.1"  # keep-alive: exporters reuse connections
+    server_version = "wt-otel"
+    timeout = _IDLE_TIMEOUT_SECONDS
+
+    def setup(self) -> None:
+        super().setup()
+        self._unread_body = False
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
+    def finish(self) -> None:
+        super().finish()  # flushes the response
+        if self._unread_body:
+            self._linger()
+
+    def _linger(self) -> None:
+        """Close politely after refusing a request whose body we did not read (401/413/415...).
+
+        Closing a socket with unread input makes the kernel send RST, and a client still
+        writing its body (http.client, for one) then sees a broken pipe instead of our
+        answer. So: half-close, and discard what keeps arriving for a bounded time and size,
+        like nginx's lingering close."""
+        conn = self.connection
+        with contextlib.suppress(OSError, ValueError):
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(_LINGER_SECONDS)
+            deadline = time.monotonic() + _LINGER_SECONDS
+            discarded = 0
+            while discarded < _LINGER_MAX_BYTES and time.monotonic() < deadline:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                discarded += len(chunk)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (stdlib signature)
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_POST(self) -> None:  # noqa: N802 (stdlib naming)
+        self._dispatch("POST")
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch("GET")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._dispatch("HEAD")
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        self._dispatch("OPTIONS")
+
+    # -- routing
+
+    def _dispatch(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        self._export_signal: Signal | None = None  # the handler lives on across keep-alive requests
+        media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        encoding = _CONTENT_TYPES.get(media)  # errors answer in the request's encoding, JSON when unknown
+        with self.server.busy():
+            try:
+                if self.server.stopping:
+                    self._status(503, "wt-otel is shutting down", encoding, retry=True, close=True)
+                elif path in _EXPORT_PATHS:
+                    if method != "POST":
+                        self._status(405, f"{path} accepts POST only", encoding, close=True, allow="POST")
+                    else:
+                        self._export(_EXPORT_PATHS[path], media, encoding)
+                elif path in ("/healthz", "/metrics"):
+                    if method != "GET":
+                        self._status(405, f"{path} accepts GET only", encoding, close=True, allow="GET")
+                    elif path == "/healthz":
+                        self._send(200, b'{"status":"ok"}', "application/json")
+                    elif self._authorized():
+                        self._send(200, self.server.metrics.render().encode(), "text/plain; version=0.0.4")
+                    else:
+                        self._unauthorized(encoding)
+                else:
+                    self._status(404, f"no such path {path!r} (OTLP uses /v1/traces and /v1/logs)", encoding,
+                                 close=True)
+            except (TimeoutError, ConnectionError, ssl.SSLError):
+                self.close_connection = True  # the peer is gone or stalled; nobody to answer
+            except Exception:
+                log.exception("OTLP/HTTP %s %s failed", method, path)
+                self._status(500, "internal error in wt-otel (see its log)", encoding, close=True)
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        return token is None or bearer_ok(self.headers.get("Authorization"), token)
+
+    def _unauthorized(self, encoding: Encoding | None) -> int:
+        return self._status(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'", encoding,
+                            close=True, www_authenticate='Bearer realm="wt-otel"')
+
+    # -- export
+
+    def _export(self, signal: Signal, media: str, encoding: Encoding | None) -> int:
+        """Answer one export request; returns the HTTP status sent."""
+        self._export_signal = signal  # _send counts the request under this signal
+        if not self._authorized():
+            return self._unauthorized(encoding)
+        if encoding is None:
+            return self._status(415, f"unsupported Content-Type {media or '(none)'!r}: OTLP/HTTP takes "
+                                     "application/x-protobuf or application/json", None, close=True)
+        content_encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if content_encoding not in ("identity", "gzip", "x-gzip"):
+            return self._status(415, f"unsupported Content-Encoding {content_encoding!r}: use gzip or none",
+                                encoding, close=True)
+        if not self.server.export_slots.acquire(blocking=False):
+            return self._status(429, "too many concurrent exports; retry later", encoding, retry=True, close=True)
+        try:
+            try:
+                body = self._read_body()
+                if content_encoding != "identity":
+                    body = gunzip_capped(body, self.server.config.max_decompressed_bytes)
+            except _Reply as reply:
+                return self._status(reply.status, reply.message, encoding, close=reply.close)
+            except TooLarge as e:
+                return self._status(413, str(e), encoding)
+            except MalformedRequest as e:
+                return self._status(400, str(e), encoding)
+            result = export(signal, body, encoding, self.server.pipeline, self.server.metrics)
+        finally:
+            self.server.export_slots.release()
+        if result.outcome is Outcome.OK:
+            response = result.response(signal)
+            if encoding is Encoding.JSON:
+                payload = json.dumps(json_format.MessageToDict(response), separators=(",", ":")).encode()
+            else:
+                payload = response.SerializeToString()
+            return self._send(200, payload, _MEDIA_TYPE[encoding])
+        status = {Outcome.MALFORMED: 400, Outcome.FULL: 429, Outcome.CLOSED: 503}.get(result.outcome, 500)
+        return self._status(status, result.message, encoding, retry=status in (429, 503))
+
+    def _read_body(self) -> bytes:
+        """The raw body, never more than max_message_bytes; raises `_Reply` for 400/411/413."""
+        cap = self.server.config.max_message_bytes
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked(cap)
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            raise _Reply(411, "Content-Length is required (or Transfer-Encoding: chunked)", close=True)
+        try:
+            length = int(length_text)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            raise _Reply(400, f"invalid Content-Length {length_text!r}", close=True) from None
+        if length > cap:
+            raise _Reply(413, f"body of {length} bytes exceeds the {cap}-byte limit (max_message_bytes)", close=True)
+        body = self.rfile.read(length)
+        if len(body) != length:
+            raise _Reply(400, f"body ended after {len(body)} of {length} bytes", close=True)
+        return body
+
+    def _read_chunked(self, cap: int) -> bytes:
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise _Reply(400, f"bad chunk size line {line[:40]!r}", close=True) from None
+            if size == 0:
+                for _ in range(_MAX_TRAILER_LINES):
+                    if self.rfile.readline(8192) in (b"\r\n", b"\n", b""):
+                        return bytes(body)
+                raise _Reply(400, "too many trailer lines", close=True)
+            if len(body) + size > cap:
+                raise _Reply(413, f"chunked body exceeds the {cap}-byte limit (max_message_bytes)", close=True)
+            chunk = self.rfile.read(size)
+            if len(chunk) != size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise _Reply(400, "chunked body is truncated or malformed", close=True)
+            body += chunk
+
+    # -- responses
+
+    def _status(self, status: int, message: str, encoding: Encoding | None, *, retry: bool = False,
+                close: bool = False, allow: str | None = None, www_authenticate: str | None = None) -> int:
+        """Send a `google.rpc.Status` error body in the request's encoding (JSON when unknown)."""
+        code = _RPC_CODE.get(status, 2)
+        details = [(RETRY_INFO_TYPE_URL, retry_info_bytes())] if retry else []
+        if encoding is Encoding.PROTOBUF:
+            payload, media = rpc_status_bytes(code, message, details), _MEDIA_TYPE[encoding]
+        else:
+            status_json: dict = {"code": code, "message": message}
+            if retry:
+                status_json["details"] = [{"@type": RETRY_INFO_TYPE_URL, "retryDelay": f"{RETRY_AFTER_SECONDS}s"}]
+            payload, media = json.dumps(status_json).encode(), "application/json"
+        headers = {}
+        if retry:
+            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        if allow:
+            headers["Allow"] = allow
+        if www_authenticate:
+            headers["WWW-Authenticate"] = www_authenticate
+        return self._send(status, payload, media, headers, close=close)
+
+    def _send(self, status: int, payload: bytes, media: str, headers: dict[str, str] | None = None,
+              close: bool = False) -> int:
+        if self._export_signal is not None:  # counted before the client can see the answer
+            self.server.metrics.inc("wt_otel_requests_total", transport="http", signal=self._export_signal.value,
+                                    code=str(status))
+        self.send_response(status)
+        self.send_header("Content-Type", media)
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if close:
+            self.close_connection = True
+            # close=True means any body was left unread
+            self._unread_body = "Content-Length" in self.headers or "Transfer-Encoding" in self.headers
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+        return status
+
+
+def start_http(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
+               token: bytes | None) -> tuple[OtlpHttpServer, threading.Thread]:
+    """Bind and serve `config.http_endpoint` in a background thread."""
+    ssl_context = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ssl_context.load_cert_chain(config.tls_cert, config.tls_key)
+    try:
+        server = OtlpHttpServer(config, pipeline, metrics, token, ssl_context)
+    except OSError as e:
+        problem = e.strerror or e
+        raise OSError(e.errno, f"OTLP/HTTP receiver cannot listen on {config.http_endpoint}: {problem}") from None
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                              name="wt-otel-http", daemon=True)
+    thread.start()
+    return server, thread
