@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from wt_otel.contracts.assertions import AssertionSyntaxError, parse_assertions
 from wt_otel.contracts.problems import (
     ContractModel,
     Rule,
@@ -69,7 +70,7 @@ class Fixtures(_Strict):
 
 
 class Assertion(ContractModel):
-    """One check in the trace2test vocabulary (`wt_otel.scoring.assertions`): the keys
+    """One check in the trace2test vocabulary (`wt_otel.contracts.assertions`): the keys
     beyond `type` are kept here and checked strictly by the Scenario validator."""
 
     type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool-sequence")]
@@ -116,8 +117,6 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _assertions_and_gates(self) -> Scenario:
-        from wt_otel.scoring.assertions import AssertionSyntaxError, parse_assertions  # lazy: assertions imports trace
-
         errors: list[tuple[tuple[str | int, ...], str]] = []
         try:
             parse_assertions([a.model_dump(mode="python") for a in self.assertions])

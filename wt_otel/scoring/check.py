@@ -13,7 +13,7 @@ on the transcript's tool_call / tool_call_response parts.
     tests:
       - id: safe-refund
         name: Refund requires identity verification
-        assertions: [...]        # wt_otel.scoring.assertions
+        assertions: [...]        # wt_otel.contracts.assertions
 
 One suite is checked against one recorded session: a suite describes one
 conversation, and judging it against every session of a mixed dump would fail
@@ -34,12 +34,13 @@ from typing import Any
 import yaml
 
 from wt_otel import __version__
+from wt_otel.contracts.assertions import Assertion, FieldReader, Loc, parse_assertion
 from wt_otel.contracts.problems import describe, json_path
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, SweepResult
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError, LineError, detect_format, read_dump
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session
-from wt_otel.scoring.assertions import Assertion, FieldReader, Loc, evaluate, parse_assertion
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import from_session
 from wt_otel.scoring.layers import layer_pass_rates
 

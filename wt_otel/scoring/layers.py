@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from wt_otel._util.fsutil import atomic_write
+from wt_otel.contracts.assertions import Assertion, parse_assertions
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, Verdict
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
-from wt_otel.scoring.assertions import Assertion, evaluate, parse_assertions
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import EvidenceView, from_trace
 from wt_otel.scoring.scorers import run_scorer
 
