@@ -30,14 +30,13 @@ from typing import Any
 
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.assertions import Assertion, parse_assertions
-from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, Verdict
+from wt_otel.contracts.results import LAYERS, SCORE_SUFFIX, LayerResult, RunScore, ScenarioResult, Verdict
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
 from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import EvidenceView, from_trace
 from wt_otel.scoring.scorers import run_scorer
 
-SCORE_SUFFIX = ".score.json"
 OUTCOME_FN = "outcome"
 
 __all__ = ["SCORE_SUFFIX", "ScenarioChecks", "aggregate", "layer_pass_rates", "load_outcome", "score_path",
