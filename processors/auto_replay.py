@@ -43,7 +43,7 @@ from wt_otel.replay.runtimes import Runtime, resolve_runtime
 from wt_otel.reporting.outputs import append_ledger
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
+from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -125,13 +125,13 @@ class AutoReplay:
             return
         ref = incident_ref(session)
         admission = self.queue.admit(ref)
-        if admission is Admission.DUPLICATE:
+        if admission is QueueAdmission.DUPLICATE:
             job = self.queue.known(ref)
             self.metrics.inc("wt_otel_replay_duplicates_total")
             log.info("incident %s: revision %s not queued again (job %s, %s)", ref, written.revision,
                      job.id if job else "?", job.state if job else "?")
             return
-        if admission is Admission.FULL:
+        if admission is QueueAdmission.FULL:
             self._refuse(ref, f"the replay queue is full ({self.queue.max_pending} pending, replay.queue_max)")
             return
         t0 = time.perf_counter()

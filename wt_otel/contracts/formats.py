@@ -8,6 +8,7 @@ format's name, file suffix and version key are written once, in this table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -108,7 +109,22 @@ def from_file_name(name: str, among: tuple[str, ...] = VALIDATED) -> Format | No
     return next((FORMATS[n] for n in among if FORMATS[n].matches_name(name)), None)
 
 
+def _defs_by_title(schema: dict[str, Any]) -> dict[str, Any]:
+    """Key `$defs` by each model's title: a class renamed in Python (kept `title`) keeps its schema unchanged."""
+    defs = schema.get("$defs", {})
+    renames = {k: d["title"] for k, d in defs.items() if d.get("title") not in (None, k) and d["title"] not in defs}
+    if not renames:
+        return schema
+    text = json.dumps(schema)
+    for old, new in renames.items():
+        text = text.replace(f'"#/$defs/{old}"', f'"#/$defs/{new}"')
+    out = json.loads(text)
+    renamed = [(renames.get(k, k), v) for k, v in out["$defs"].items()]
+    out["$defs"] = dict(sorted(renamed, key=lambda kv: kv[0]))  # in pydantic's (sorted) order
+    return out
+
+
 def json_schema(name: str) -> dict[str, Any]:
     """The JSON Schema (2020-12) of a format, generated from its model."""
     fmt = by_name(name)
-    return {"$schema": SCHEMA_DIALECT, **fmt.model.model_json_schema(), "title": fmt.title}
+    return {"$schema": SCHEMA_DIALECT, **_defs_by_title(fmt.model.model_json_schema()), "title": fmt.title}

@@ -59,24 +59,26 @@ def _turns(value: Any) -> Any:
 RelPath = Annotated[str | None, Rule(_relative_path)]
 
 
-class _Strict(ContractModel):
+class _StrictModel(ContractModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Fixtures(_Strict):
+class Fixtures(_StrictModel):
     envelope: RelPath = None
     universe: RelPath = None
     cassette: RelPath = None
 
 
-class Assertion(ContractModel):
+class AssertionEntry(ContractModel):
     """One check in the trace2test vocabulary (`wt_otel.contracts.assertions`): the keys
     beyond `type` are kept here and checked strictly by the Scenario validator."""
+
+    model_config = ConfigDict(title="Assertion")  # the schema title the format has always had
 
     type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool-sequence")]
 
 
-class Scenario(_Strict):
+class Scenario(_StrictModel):
     """A `scenario.yaml`."""
 
     wt_scenario: Annotated[Literal[1], is_version("wt_scenario")]
@@ -89,7 +91,7 @@ class Scenario(_Strict):
     requires_tool_use: bool = False
     must_call: list[str] = []
     forbidden_calls: list[str] = []
-    assertions: list[Assertion] = []
+    assertions: list[AssertionEntry] = []
     fixtures: Fixtures = Field(default_factory=Fixtures)
     scorer: RelPath = None
     runs: int = Field(1, ge=1)

@@ -47,7 +47,7 @@ from wt_otel import __version__
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
 from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
-from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, LlmCall, McpCall, SurfaceProbe, Timings, Trace, Turn
+from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, McpCall, RunLLMCall, SurfaceProbe, Timings, Trace, Turn
 from wt_otel.contracts.universe import load_universe
 from wt_otel.replay.cassette_server import DEFAULT_PORT as LLM_PORT
 from wt_otel.replay.cassette_server import CassetteServer, MatchMode
@@ -293,8 +293,8 @@ class ScenarioServers:
     def mcp_calls(self) -> list[McpCall]:
         return [McpCall.model_validate(e) for e in self.universe.call_log()]
 
-    def llm_calls(self) -> list[LlmCall]:
-        return [LlmCall.model_validate(e) for e in self.cassette.call_log()] if self.cassette else []
+    def llm_calls(self) -> list[RunLLMCall]:
+        return [RunLLMCall.model_validate(e) for e in self.cassette.call_log()] if self.cassette else []
 
 
 @contextlib.contextmanager
@@ -320,7 +320,7 @@ def _exported(servers: ScenarioServers) -> Iterator[None]:
 # ---------------------------------------------------------------- one run
 
 
-def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[LlmCall]) -> list[str]:
+def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[RunLLMCall]) -> list[str]:
     """Misses are evidence, not failures (yet): say them in the trace so no reader can overlook them."""
     out = []
     missed = [c for c in mcp_calls if c.divergence]

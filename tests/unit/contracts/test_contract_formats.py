@@ -77,3 +77,24 @@ def test_cli_schema_offers_every_registered_format(name: str) -> None:
     result = CliRunner().invoke(main, ["schema", name])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["title"] == FORMATS[name].title
+
+
+def test_renamed_classes_keep_their_schema_names() -> None:
+    """Python names were made unique (EnvelopeSession, CassetteCall, RunLLMCall, ...); the schemas did not move."""
+    assert {"Session"} <= set(json_schema("envelope")["$defs"])
+    assert {"LLMCall", "ToolCall"} <= set(json_schema("cassette")["$defs"])
+    assert {"LlmCall", "ToolCall"} <= set(json_schema("trace")["$defs"])
+    assert {"Assertion"} <= set(json_schema("scenario")["$defs"])
+    for name in FORMATS:
+        defs = json_schema(name).get("$defs", {})
+        refs = {ref.split("/")[-1] for ref in _refs(json_schema(name))}
+        assert refs <= set(defs), f"{name}: dangling $ref {refs - set(defs)}"
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return ([node["$ref"]] if isinstance(node.get("$ref"), str) else []) + [r for v in node.values()
+                                                                                for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
