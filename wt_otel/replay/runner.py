@@ -38,10 +38,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from wt_otel._util.clock import compact_stamp, elapsed_ms, utc_now_iso
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
 from wt_otel.contracts.results import RunScore
@@ -136,15 +136,15 @@ class SweepResult:
 
 def new_sweep_id() -> str:
     """Sortable by time, unique across concurrent sweeps."""
-    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+    return f"{compact_stamp()}-{uuid.uuid4().hex[:6]}"
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return utc_now_iso()
 
 
 def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 1)
+    return elapsed_ms(since)
 
 
 # ---------------------------------------------------------------- servers

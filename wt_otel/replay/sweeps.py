@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wt_otel import __version__
+from wt_otel._util.clock import utc_now_iso
 from wt_otel.components import load as load_component
 from wt_otel.contracts.results import LAYERS, RunScore, ScenarioResult, SweepResult
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
@@ -41,7 +41,7 @@ GIT_TIMEOUT_S = 2.0
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return utc_now_iso()
 
 
 def git_sha(cwd: Path | None = None) -> str | None:
