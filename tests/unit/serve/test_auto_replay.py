@@ -207,7 +207,7 @@ def test_a_revision_of_a_queued_incident_is_not_queued_again(live: Live, candida
 def test_a_full_queue_refuses_new_incidents_visibly(live: Live, candidate: Candidate, sink: ResultSink,
                                                     tmp_path: Path) -> None:
     RELEASE.clear()
-    serve = Serve(serve_config(tmp_path, candidate, sink, runtime="python:test_auto_replay:blocking_agent",
+    serve = Serve(serve_config(tmp_path, candidate, sink, runtime=f"python:{__name__}:blocking_agent",
                                queue_max=1))
     try:
         send_otlp_json(serve.server.http_url, live.dump)
@@ -230,7 +230,7 @@ def test_a_full_queue_refuses_new_incidents_visibly(live: Live, candidate: Candi
 def test_stopping_mid_replay_closes_it_as_error_and_the_next_start_runs_what_was_waiting(
         live: Live, candidate: Candidate, sink: ResultSink, tmp_path: Path) -> None:
     RELEASE.clear()
-    config = serve_config(tmp_path, candidate, sink, runtime="python:test_auto_replay:blocking_agent",
+    config = serve_config(tmp_path, candidate, sink, runtime=f"python:{__name__}:blocking_agent",
                           stop_timeout=0.3)
     serve = Serve(config)
     try:
