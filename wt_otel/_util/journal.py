@@ -72,7 +72,7 @@ class Journal:
 
         With `encoded=True` the records are already lines (`bytes` ending in a newline).
         """
-        items = [records] if isinstance(records, dict | bytes) else list(records)
+        items: list[Any] = [records] if isinstance(records, dict | bytes) else list(records)
         if not items:
             return 0
         fd = self._open()
@@ -80,7 +80,7 @@ class Journal:
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             for n, record in enumerate(items):
-                line = record if encoded else encode_line(record)
+                line: bytes = record if encoded else encode_line(record)
                 if n == 0 and not self._ends_with_newline(fd):
                     line = b"\n" + line  # a torn tail: start ours on a line of its own
                 self._write_all(fd, line)

@@ -123,7 +123,8 @@ def _tests(raw: Any, problems: list[tuple[Loc, str]]) -> list[SuiteTest]:
         problems.append((("tests",), f"must be a non-empty list of tests, {describe(raw)}" if raw is not None else
                          "is required (a list of {id, name, assertions})"))
         return []
-    tests, seen = [], {}
+    tests: list[SuiteTest] = []
+    seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         loc: Loc = ("tests", i)
         if not isinstance(item, dict):
