@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -10,6 +11,10 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
 from wt_otel.replay.selection import selection_options
+
+if TYPE_CHECKING:  # click passes the Choice values; the modules are imported when a command runs
+    from wt_otel.replay.cassette_server import MatchMode
+    from wt_otel.replay.runner import LlmMode
 
 
 @click.command("run")
@@ -46,7 +51,7 @@ from wt_otel.replay.selection import selection_options
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -137,6 +142,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         runtime.close()
         universe_log.setLevel(saved_level)
     record = sweep.record
+    assert record is not None, "a finished sweep has its results document"
     load_component("exporters", "table")(record, file=sys.stdout)
     if sweep.stopped:
         click.echo(f"stopped: {sweep.stopped}", err=True)
