@@ -1,0 +1,1 @@
+"""Helpers shared by tests, imported as a package (tests.support....)."""
