@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from wt_otel.ingest.sessions import FLAG_KEYS
+from wt_otel.ingest.flags import FlaggerConfig, FlagRule, default_flag_rules
 from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.serve.receivers.config import ReceiversConfig
 
 __all__ = [
     "AssemblerConfig",
     "ConfigError",
+    "default_flag_rules",
     "FilterConfig",
     "FlagRule",
     "FlaggerConfig",
@@ -61,67 +62,6 @@ class AssemblerConfig(_Strict):
     max_records_per_session: int = Field(20_000, gt=0)
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
-
-
-class FlagRule(_Strict):
-    """One incident rule; the first matching rule (in file order) names the flag.
-
-    kind `attribute`: a span (or event/log) attribute whose key matches `key`
-    (fnmatch pattern, e.g. `gen_ai.feedback.*`) and whose value matches `match`:
-    `present` (set and truthy), `equals` (`value`), `regex` (`regex`, searched
-    in the value as text) or `negative` (user feedback: a number below 0, or a
-    word like negative / thumbs_down / bad). kind `status_error`: a span with
-    status ERROR. kind `event`: a span event or log record whose name matches
-    `name` (fnmatch). `ref_attribute` names the attribute (on any span) that
-    supplies the incident id written as `source.ref`.
-    """
-
-    name: str
-    kind: Literal["attribute", "status_error", "event"] = "attribute"
-    enabled: bool = True
-    keys: list[str] = []
-    match: Literal["present", "equals", "regex", "negative"] = "present"
-    value: Any = None
-    regex: str | None = None
-    event_name: str | None = None
-    ref_attribute: str | None = None
-    ref_from_value: bool = Field(False, description="use the matched attribute's value as source.ref")
-
-    @model_validator(mode="after")
-    def _complete(self) -> FlagRule:
-        if self.kind == "attribute" and not self.keys:
-            raise ValueError(f"flag rule {self.name!r}: an attribute rule needs `keys` (attribute names or patterns)")
-        if self.kind == "event" and not self.event_name:
-            raise ValueError(f"flag rule {self.name!r}: an event rule needs `event_name`")
-        if self.match == "regex" and not self.regex:
-            raise ValueError(f"flag rule {self.name!r}: match: regex needs `regex`")
-        if self.match == "equals" and self.value is None:
-            raise ValueError(f"flag rule {self.name!r}: match: equals needs `value`")
-        return self
-
-
-FEEDBACK_KEYS = ["user.feedback", "user.feedback.*", "feedback", "feedback.*", "gen_ai.feedback.*",
-                 "gen_ai.evaluation.score.label", "user_feedback", "user_feedback.*"]
-
-
-def default_flag_rules() -> list[FlagRule]:
-    """wt.incident / wt.flag (ref from the incident id), negative user feedback; span ERROR is off.
-
-    ERROR status is off by default: tool errors the agent recovered from and
-    retried rate limits are routine, and flagging each would flood the replay
-    queue. Turn it on with `enabled: true`.
-    """
-    return [
-        FlagRule(name="incident-attribute", keys=list(FLAG_KEYS), match="present", ref_from_value=True,
-                 ref_attribute="wt.incident.id"),
-        FlagRule(name="negative-feedback", keys=FEEDBACK_KEYS, match="negative"),
-        FlagRule(name="span-error", kind="status_error", enabled=False),
-    ]
-
-
-class FlaggerConfig(_Strict):
-    enabled: bool = True
-    rules: list[FlagRule] = Field(default_factory=default_flag_rules)
 
 
 class RedactionPattern(_Strict):
