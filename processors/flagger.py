@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.ingest.flags import FlaggerConfig, FlagRule, FlagRules
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
@@ -38,3 +39,17 @@ class IncidentFlagger:
                 self._counted.popitem(last=False)
             self.metrics.inc("wt_otel_flags_raised_total", rule=flag.rule.name)
         return session
+
+    def on_session(self, done: CompletedSession) -> None:
+        self.process(done.session, done.spans)
+
+    def close(self) -> None:
+        pass
+
+
+def _create(config: FlaggerConfig, ctx: StageContext, _next: None) -> IncidentFlagger:
+    return IncidentFlagger(config, ctx.metrics)
+
+
+STAGE = StageType("flagger", "session", _create, FlaggerConfig,
+                  description="mark incidents by the one flag rule (wt_otel.ingest.flags)")

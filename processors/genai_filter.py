@@ -25,8 +25,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
 from wt_otel.model.spans import LogRecord, Record
+from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Consumer
 
@@ -100,4 +102,11 @@ class GenAIFilter:
         self.next.close()
 
 
-__all__ = ["GenAIFilter", "KEYS", "PREFIXES", "is_genai"]
+def _create(config: FilterConfig, ctx: StageContext, next: Consumer) -> GenAIFilter:
+    return GenAIFilter.from_config(next, config, ctx.metrics)
+
+
+STAGE = StageType("genai-filter", "records", _create, FilterConfig, section="filter",
+                  description="drop records of traces that carry nothing GenAI-related")
+
+__all__ = ["STAGE", "GenAIFilter", "KEYS", "PREFIXES", "is_genai"]
