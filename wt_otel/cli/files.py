@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from wt_otel.components import load as load_component
+from wt_otel.components import load_plugin
 from wt_otel.contracts.validate import KINDS, UnreadableFile, find_files, json_schema, validate_file
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
@@ -118,7 +118,7 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
-    writer = load_component("exporters", "scenario-dir")(out, force=force)
+    writer = load_plugin("sinks", "scenario-dir")(out, force=force)
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,

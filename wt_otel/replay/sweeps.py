@@ -16,6 +16,7 @@ dashboard that only shows what ran hides exactly the outage that matters.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Sequence
@@ -24,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wt_otel import __version__
+from wt_otel.components import PluginError, load_plugin, names
 from wt_otel.components import load as load_component
-from wt_otel.components import load_plugin, names
 from wt_otel.contracts.results import LAYERS, RunScore, ScenarioResult, SweepResult
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
 from wt_otel.replay.selection import Candidate, Selected, Selection, select
@@ -173,13 +174,21 @@ def write_results(record: SweepResult, fmt: str, out: Path) -> None:
 
 def infer_format(fmt: str | None, out: Path | None) -> str | None:
     """`--out F` alone: the registered format whose suffix F has (.xml junit, .json json); `--format` without
-    `--out` is a usage error."""
+    `--out` is a usage error, and so is a format whose plug-in lacks the interface (ValueError naming it)."""
     if fmt and out is None:
         raise ValueError(f"--format {fmt} needs --out FILE")
+    if fmt:
+        try:
+            load_plugin("results_formats", fmt)
+        except PluginError as exc:
+            raise ValueError(str(exc)) from None
     if fmt or out is None:
         return fmt
     suffix = out.suffix.lower()
-    by_suffix = {load_plugin("results_formats", n).suffix.lower(): n for n in reversed(names("results_formats"))}
+    by_suffix: dict[str, str] = {}
+    for name in names("results_formats"):
+        with contextlib.suppress(PluginError):  # a broken plug-in is reported when it is asked for by name
+            by_suffix.setdefault(load_plugin("results_formats", name).suffix.lower(), name)
     if suffix in by_suffix:
         return by_suffix[suffix]
     known = sorted(names("results_formats"), key=lambda n: (n != "junit", n))  # JUnit first: what CI reads

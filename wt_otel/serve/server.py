@@ -182,19 +182,14 @@ def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit:
     at = next(i for i, p in enumerate(plan) if p.type.kind == "assembler")
     built = SessionPipeline(head=None, stages={}, context=ctx, assembler=None)
     for planned in plan[at + 1:]:  # session stages first: the store they create is what the assembler asks
-        stage = _create(planned, ctx, None, built)
+        stage = _create(planned, ctx, None, built, "session stage")
         if stage is not None:
-            built.session_stages.append((planned.name, check_plugin(stage, "session stage", planned.name)))
-    try:
-        assembler = _create(plan[at], ctx, built.emit_session, built)
-        head = check_plugin(assembler, "records stage", plan[at].name)
-        record_stages = []
-        for planned in reversed(plan[:at]):
-            head = check_plugin(_create(planned, ctx, head, built), "records stage", planned.name)
-            record_stages.append((planned.name, head))
-    except BaseException:
-        built.close_stages()
-        raise
+            built.session_stages.append((planned.name, stage))
+    assembler = head = _create(plan[at], ctx, built.emit_session, built, "records stage")
+    record_stages = []
+    for planned in reversed(plan[:at]):
+        head = _create(planned, ctx, head, built, "records stage")
+        record_stages.append((planned.name, head))
     built.head, built.assembler = head, assembler
     by_name = dict(reversed(record_stages))
     by_name[plan[at].name] = assembler
@@ -203,19 +198,23 @@ def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit:
     return built
 
 
-def _create(planned: PlannedStage, ctx: StageContext, next: Any, built: SessionPipeline) -> Any:
+def _create(planned: PlannedStage, ctx: StageContext, next: Any, built: SessionPipeline, check_as: str) -> Any:
+    """One stage from its factory, checked against its interface; on failure the stages built so far close."""
     label = planned.type.config_key
     try:
-        return planned.type.create(planned.config, ctx, next)
-    except PluginError as exc:
-        built.close_stages()
-        raise ServeStartError(f"{label}: {exc}", exit_code=2) from exc
-    except ValueError as exc:  # settings that cannot work (a runtime spec, an OTLP endpoint): exit 2
+        stage = planned.type.create(planned.config, ctx, next)
+        if stage is None and check_as == "session stage":
+            return None  # its config turned it off
+        return check_plugin(stage, check_as, planned.name)
+    except (PluginError, ValueError) as exc:  # settings or a plug-in that cannot work (a runtime spec, ...): exit 2
         built.close_stages()
         raise ServeStartError(f"{label}: {exc}", exit_code=2) from exc
     except (OSError, RuntimeError) as exc:
         built.close_stages()
         raise ServeStartError(f"{label}: {exc}") from exc
+    except BaseException:
+        built.close_stages()
+        raise
 
 
 class ServeStartError(RuntimeError):
