@@ -135,6 +135,22 @@ class _CompiledRule:
         self.regex = re.compile(rule.regex) if rule.regex else None
         self.exact = [k for k in rule.keys if not any(c in k for c in "*?[")]
         self.patterns = [k for k in rule.keys if k not in self.exact]
+        self._exact_set = frozenset(self.exact)
+        # spans of one instrumentation share their attribute names: remember, per set of names, which
+        # of them the rule looks at (bounded), so a span costs one lookup, not a pattern match per key
+        self._by_names: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def _candidates(self, attrs: dict[str, Any]) -> tuple[str, ...]:
+        names = tuple(attrs)
+        found = self._by_names.get(names)
+        if found is None:
+            found = tuple(k for k in self.exact if k in attrs)
+            if self.patterns:
+                found += tuple(k for k in names if k not in self._exact_set
+                               and any(fnmatchcase(k, p) for p in self.patterns))
+            if len(self._by_names) < 4096:
+                self._by_names[names] = found
+        return found
 
     def _value_matches(self, value: Any) -> bool:
         match = self.rule.match
@@ -147,13 +163,12 @@ class _CompiledRule:
         return is_negative(value)
 
     def _matching_attribute(self, attrs: dict[str, Any]) -> tuple[str, Any] | None:
-        for key in self.exact:
-            if key in attrs and self._value_matches(attrs[key]):
+        """Exact keys in rule order first, then pattern matches in attribute order."""
+        if not attrs:
+            return None
+        for key in self._candidates(attrs):
+            if self._value_matches(attrs[key]):
                 return key, attrs[key]
-        if self.patterns:
-            for key, value in attrs.items():
-                if any(fnmatchcase(key, p) for p in self.patterns) and self._value_matches(value):
-                    return key, value
         return None
 
     def evaluate(self, span: SpanRecord) -> tuple[str, Any] | None:
@@ -194,17 +209,39 @@ class FlagRules:
         self.config = config or FlaggerConfig()
         self.enabled = self.config.enabled
         self.rules = [_CompiledRule(r) for r in self.config.rules if r.enabled]
+        self._by_names: dict[tuple[str, ...], frozenset[int]] = {}
 
     def evaluate(self, spans: list[SpanRecord]) -> Flag | None:
         """The first rule (in config order) that any span matches, or None (also when disabled)."""
         if not self.enabled:
             return None
-        for rule in self.rules:
-            for span in spans:
+        # One cheap pass first: which attribute rules could match a span at all (by attribute names,
+        # cached per set of names), so the values are looked at only where a rule names a key.
+        maybe = []
+        for span in spans:
+            found = self._possible(span.attributes)
+            for event in span.events:
+                if event.attributes:
+                    found = found | self._possible(event.attributes)
+            maybe.append(found)
+        for i, rule in enumerate(self.rules):
+            by_name = rule.rule.kind == "attribute"
+            for span, possible in zip(spans, maybe, strict=True):
+                if by_name and i not in possible:
+                    continue
                 found = rule.evaluate(span)
                 if found:
                     return Flag(rule.rule, found[0], found[1], self._ref(rule.rule, found[1], spans))
         return None
+
+    def _possible(self, attrs: dict[str, Any]) -> frozenset[int]:
+        names = tuple(attrs)
+        hit = self._by_names.get(names)
+        if hit is None:
+            hit = frozenset(i for i, r in enumerate(self.rules) if r.rule.kind == "attribute" and r._candidates(attrs))
+            if len(self._by_names) < 4096:
+                self._by_names[names] = hit
+        return hit
 
     def apply(self, session: Session, spans: list[SpanRecord]) -> Flag | None:
         """Set (or clear) `flagged`, `flag_reason`, `flag_ref`; a disabled flagger leaves the session alone."""
