@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
@@ -41,13 +41,15 @@ from wt_otel._util.fsutil import unique_slug
 from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
-from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
-from wt_otel.replay.runtimes import Runtime, resolve_runtime
-from wt_otel.replay.sweeps import append_ledger
 from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
+
+if TYPE_CHECKING:  # the runner pulls in the MCP and cassette servers (seconds of imports): only when replaying,
+    # so that the in-app SDK processor and a serve without replay, which plan this stage, stay light
+    from wt_otel.components import Runtime
+    from wt_otel.replay.runner import RunOptions, SweepResult
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -86,6 +88,8 @@ class AutoReplay:
         self.metrics = metrics or Metrics()
         self.emit = emit
         self.warn = warn or log.warning
+        from wt_otel.replay.runtimes import resolve_runtime
+
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
         results = config.results
         self.exporter: Any = None
@@ -180,6 +184,8 @@ class AutoReplay:
     # ---------------------------------------------------------------- the worker
 
     def _options(self) -> RunOptions:
+        from wt_otel.replay.runner import RunOptions
+
         c = self.config
         return RunOptions(runtime=self.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
                           universe_port=c.universe_port, llm_port=c.llm_port, label=LABEL,
@@ -198,6 +204,9 @@ class AutoReplay:
     def _replay(self, job: Job) -> None:
         with self._lock:
             self._current = _InFlight(job)
+        from wt_otel.replay.runner import error_sweep, run_sweep
+        from wt_otel.replay.sweeps import append_ledger
+
         scenario_dir = self.data_dir / job.scenario
         t0 = time.perf_counter()
         try:
@@ -237,6 +246,9 @@ class AutoReplay:
 
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""
+        from wt_otel.replay.runner import error_sweep
+        from wt_otel.replay.sweeps import append_ledger
+
         sweep = error_sweep(self.data_dir / job.scenario, self._options(), reason)
         append_ledger(self.runs_dir, sweep.record)
         self._conclude(job, sweep)

@@ -219,8 +219,14 @@ def check_plugin(obj: Any, kind: str, name: str, where: str = "") -> Any:
     """`obj` when it has the interface of `kind` (a key of `_REQUIRED`), else `PluginError` naming what it lacks."""
     missing = [attr for attr, call in _REQUIRED[kind]
                if not hasattr(obj, attr) or (call and not callable(getattr(obj, attr)))]
-    if not missing and kind == "stages" and obj.kind not in _STAGE_KINDS:
-        raise PluginError(f"plug-in {name!r}{where}: stage kind {obj.kind!r} is not one of {', '.join(_STAGE_KINDS)}")
+    if not missing and kind == "stages":
+        if obj.kind not in _STAGE_KINDS:
+            raise PluginError(f"plug-in {name!r}{where}: stage kind {obj.kind!r} is not one of "
+                              f"{', '.join(_STAGE_KINDS)}")
+        model = obj.config_model
+        if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise PluginError(f"plug-in {name!r}{where}: config_model must be a pydantic model class or None, "
+                              f"not {model!r}")
     if missing:
         what = kind.removesuffix("s").replace("_", " ") if kind in KINDS else kind
         raise PluginError(f"plug-in {name!r}{where} is not a {what}: it lacks {', '.join(missing)} "

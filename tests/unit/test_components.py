@@ -33,6 +33,7 @@ LINES = ResultsFormatSpec("lines", ".lines", write_lines)
 NO_WRITE = NoWrite()
 NOT_A_STAGE = object()
 BAD_KIND = StageType("bad-kind", "exporter", lambda c, ctx, n: None)
+BAD_MODEL = StageType("bad-model", "session", lambda c, ctx, n: None, config_model=dict)
 
 class HalfRuntime:
     name, url, warnings = "half", None, []
@@ -64,6 +65,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = install(tmp_path / "site", "wt_test_plugins", SOURCE, {
         "wt_otel.results_formats": {"lines": "wt_test_plugins:LINES", "nowrite": "wt_test_plugins:NO_WRITE"},
         "wt_otel.stages": {"not-a-stage": "wt_test_plugins:NOT_A_STAGE", "bad-kind": "wt_test_plugins:BAD_KIND",
+                           "bad-model": "wt_test_plugins:BAD_MODEL",
                            "missing-module": "wt_test_no_such_module:STAGE"},
         "wt_otel.runtimes": {"half": "wt_test_plugins:half", "echo": "wt_test_plugins:echo",
                              "picky": "wt_test_plugins:picky"},
@@ -105,6 +107,8 @@ def test_a_stage_that_is_not_a_stage_type_names_everything_it_lacks(plugins):
         load_plugin("stages", "not-a-stage")
     with pytest.raises(PluginError, match=r"'bad-kind'.*stage kind 'exporter' is not one of records, assembler"):
         load_plugin("stages", "bad-kind")
+    with pytest.raises(PluginError, match=r"'bad-model'.*config_model must be a pydantic model class or None"):
+        load_plugin("stages", "bad-model")
     with pytest.raises(PluginError, match=r"'missing-module'.*cannot be loaded: ModuleNotFoundError"):
         load_plugin("stages", "missing-module")
     with pytest.raises(PluginError, match=r"'nowrite'.*is not a sink: it lacks write"):

@@ -161,6 +161,15 @@ def test_a_stage_without_on_session_is_refused_by_name_and_nothing_stays_open(pl
         update={"stages": ["assembler", "datadir"]})})).stop()  # the data dir's lock was released
 
 
+def test_the_sdk_processor_stays_light_in_an_app(tmp_path: Path):
+    """Planning the default stages loads auto-replay's StageType, not the replay machinery (mcp, uvicorn)."""
+    code = ("import sys; from wt_otel.processors.sdk import WtOtelSpanProcessor; "
+            f"p = WtOtelSpanProcessor({str(tmp_path / 'd')!r}); p.shutdown(); "
+            "print(sorted(m for m in ('mcp', 'uvicorn', 'wt_otel.replay.runner') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_serve_imports_neither_scorers_nor_plug_ins():
     code = ("import sys, wt_otel.serve.config, wt_otel.serve.server; "
             "print([m for m in sys.modules if m == 'wt_otel.scorers' or m.startswith(('wt_otel.processors', "
