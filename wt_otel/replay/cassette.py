@@ -133,8 +133,26 @@ def message_key(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tool_definition(tool: Any) -> Any:
+    """A tool definition reduced to name, description and parameters in the chat shape, whichever API
+    declared it (chat `function`, Responses' flat `name`/`parameters`, Anthropic's `input_schema`), so a
+    recording answers every API; flags such as `strict` do not change the answer."""
+    if not isinstance(tool, dict):
+        return tool
+    spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    if not isinstance(spec.get("name"), str):
+        return tool  # a provider's built-in tool (web search...): compared as sent
+    function: dict[str, Any] = {"name": spec["name"]}
+    if spec.get("description"):
+        function["description"] = spec["description"]
+    parameters = spec.get("parameters", spec.get("input_schema"))
+    if parameters is not None:
+        function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
 def _tools_key(tools: Any) -> list[str] | None:
-    return None if tools is None else sorted(canonical_json(t) for t in tools)
+    return None if tools is None else sorted(canonical_json(tool_definition(t)) for t in tools)
 
 
 def request_key(model: Any, messages: list[dict[str, Any]], tools: Any = None) -> dict[str, Any]:
@@ -393,5 +411,5 @@ def read_cassette(path: str | Path) -> Cassette:
 __all__ = [
     "CASSETTE_FILE", "DIVERGENCE_CODE", "DIVERGENCE_STATUS", "ERROR_STATUS", "IGNORED_FIELDS", "KEY_FIELDS",
     "MATCH_MODES", "CassetteReplay", "MatchMode", "Reply", "chunks", "completion", "http_status", "message_key",
-    "read_cassette", "recorded_error", "request_key",
+    "read_cassette", "recorded_error", "request_key", "tool_definition",
 ]

@@ -15,40 +15,19 @@ import anthropic
 import openai
 import pytest
 
+from tests.support.llm_calls import (
+    ANSWER,
+    ANTHROPIC_FOLLOW_UP,
+    ASK,
+    CALLS,
+    RESULT,
+    SYSTEM,
+    TOOLS,
+    cassette,
+    llm_call,
+)
 from wt_otel.contracts.cassette import load_cassette
 from wt_otel.replay.cassette_server import DIVERGENCE_CODE, CassetteServer
-
-RUN = "c" * 32
-SYSTEM = "You are a CRM assistant."
-ASK = "Email of Bluewing?"
-LOOKUP = {"id": "call_1", "type": "function",
-          "function": {"name": "client_lookup", "arguments": '{"query": "Bluewing"}'}}
-RESULT = '{"email": "ops@bluewing.example"}'
-ANSWER = "The email is ops@bluewing.example."
-
-
-def _call(messages: list[dict], frames: list[dict], error: tuple[str, str] | None = None) -> dict[str, Any]:
-    return {"request_context": {"model": "gpt-4o-mini", "provider": "openai", "messages": messages},
-            "response_timeline": frames,
-            "exception_boundary": {"occurred": bool(error), "error_type": error and error[0],
-                                   "message": error and error[1]},
-            "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}}
-
-
-CALLS = [
-    _call([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK}],
-          [{"delta_ms": 0, "chunk": "", "tool_calls": [LOOKUP], "finish_reason": "tool_calls"}]),
-    _call([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK},
-           {"role": "assistant", "content": "", "tool_calls": [LOOKUP]},
-           {"role": "tool", "tool_call_id": "call_1", "content": RESULT}],
-          [{"delta_ms": 0, "chunk": "The email is "}, {"delta_ms": 0, "chunk": "ops@bluewing.example."},
-           {"delta_ms": 0, "chunk": "", "finish_reason": "stop"}]),
-]
-
-
-def cassette(calls: list[dict]) -> dict[str, Any]:
-    return {"wt_cassette": 1, "scenario": "apis", "latest_trace_id": RUN, "history_keys": [RUN],
-            "traces": {RUN: {"trace_id": RUN, "calls": calls}}}
 
 
 @pytest.fixture
@@ -122,16 +101,6 @@ def test_responses_malformed_input_is_a_400(server):
 
 # ------------------------------------------------------------------ Anthropic Messages
 
-TOOLS = [{"name": "client_lookup", "description": "Look up a client.",
-          "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]
-ANTHROPIC_FOLLOW_UP = [
-    {"role": "user", "content": ASK},
-    {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "client_lookup",
-                                       "input": {"query": "Bluewing"}}]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": RESULT}]},
-]
-
-
 def test_anthropic_json_tool_use_then_text(server):
     client = anthropic.Anthropic(base_url=host(server), api_key="sk-replay")
     first = client.messages.create(model="gpt-4o-mini", system=SYSTEM, max_tokens=256, tools=TOOLS,
@@ -158,7 +127,7 @@ def test_anthropic_stream_assembles_in_the_client(server):
 
 
 def test_anthropic_divergence_and_recorded_error_are_not_retried():
-    failing = _call(CALLS[0]["request_context"]["messages"], [], ("RateLimitError", "slow down"))
+    failing = llm_call(CALLS[0]["request_context"]["messages"], [], ("RateLimitError", "slow down"))
     srv = CassetteServer(load_cassette(cassette([failing])), port=0)
     srv.start()
     try:

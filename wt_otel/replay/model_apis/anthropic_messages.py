@@ -140,3 +140,49 @@ def error_body(status: int, error: dict[str, Any]) -> dict[str, Any]:
     """Anthropic's error envelope; the OpenAI-style fields (code, divergence...) ride along."""
     kind = ERROR_TYPES.get(status, "api_error")
     return {"type": "error", "error": {**error, "type": kind, "message": error.get("message") or kind}}
+
+
+# ------------------------------------------------------------------ recording (the live answer -> frames)
+
+PROVIDER = "anthropic"
+FINISH_REASONS = {v: k for k, v in STOP_REASONS.items()}
+
+
+def record_json(rec: Any, body: dict[str, Any], t_ms: float) -> None:
+    for block in body.get("content") or []:
+        if block.get("type") == "text":
+            rec.text(t_ms, block.get("text") or "")
+        elif block.get("type") == "tool_use":
+            rec.tool_call(t_ms, block.get("id") or "", block.get("name") or "", block.get("input") or {})
+    rec.finish_reason = FINISH_REASONS.get(body.get("stop_reason") or "", "stop")
+    usage = body.get("usage") or {}
+    rec.usage = {"prompt_tokens": usage.get("input_tokens") or 0, "completion_tokens": usage.get("output_tokens") or 0}
+
+
+def record_event(rec: Any, state: dict[str, Any], name: str | None, data: dict[str, Any], t_ms: float) -> None:
+    kind = data.get("type") or name
+    if kind == "message_start":
+        usage = (data.get("message") or {}).get("usage") or {}
+        rec.usage = {"prompt_tokens": usage.get("input_tokens") or 0, "completion_tokens": 0}
+    elif kind == "content_block_start" and (data.get("content_block") or {}).get("type") == "tool_use":
+        block = data["content_block"]
+        state[data.get("index", 0)] = {"id": block.get("id") or "", "name": block.get("name") or "", "json": ""}
+    elif kind == "content_block_delta":
+        delta = data.get("delta") or {}
+        if delta.get("type") == "text_delta":
+            rec.text(t_ms, delta.get("text") or "")
+        elif delta.get("type") == "input_json_delta" and data.get("index", 0) in state:
+            state[data.get("index", 0)]["json"] += delta.get("partial_json") or ""
+    elif kind == "content_block_stop" and data.get("index", 0) in state:
+        slot = state.pop(data.get("index", 0))
+        rec.tool_call(t_ms, slot["id"], slot["name"], slot["json"] or "{}")
+    elif kind == "message_delta":
+        reason = (data.get("delta") or {}).get("stop_reason")
+        rec.finish_reason = FINISH_REASONS.get(reason or "", "stop")
+        rec.usage["completion_tokens"] = (data.get("usage") or {}).get("output_tokens") or 0
+    elif kind == "error":
+        rec.failed(500, data)
+
+
+def record_end(rec: Any, state: dict[str, Any], t_ms: float) -> None:
+    """Tool calls complete at their `content_block_stop`."""

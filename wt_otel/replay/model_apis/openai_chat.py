@@ -34,3 +34,49 @@ def stream(call: CassetteCall, ids: str, created: int, body: dict[str, Any],
 
 def error_body(status: int, error: dict[str, Any]) -> dict[str, Any]:
     return {"error": error}
+
+
+# ------------------------------------------------------------------ recording (the live answer -> frames)
+
+PROVIDER = "openai"
+
+
+def record_json(rec: Any, body: dict[str, Any], t_ms: float) -> None:
+    choice = (body.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    rec.text(t_ms, message.get("content") or "")
+    for tc in message.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        rec.tool_call(t_ms, tc.get("id") or "", fn.get("name") or "", fn.get("arguments"))
+    rec.finish_reason = choice.get("finish_reason")
+    _usage(rec, body.get("usage"))
+
+
+def _usage(rec: Any, usage: Any) -> None:
+    if isinstance(usage, dict):
+        rec.usage = {"prompt_tokens": usage.get("prompt_tokens") or 0,
+                     "completion_tokens": usage.get("completion_tokens") or 0}
+
+
+def record_event(rec: Any, state: dict[str, Any], name: str | None, data: dict[str, Any], t_ms: float) -> None:
+    if data.get("error"):
+        rec.failed(500, data)
+        return
+    _usage(rec, data.get("usage"))
+    for choice in data.get("choices") or []:
+        delta = choice.get("delta") or {}
+        rec.text(t_ms, delta.get("content") or "")
+        for tc in delta.get("tool_calls") or []:
+            slot = state.setdefault(tc.get("index", 0), {"id": "", "name": "", "arguments": "", "t": t_ms})
+            fn = tc.get("function") or {}
+            slot["id"] = tc.get("id") or slot["id"]
+            slot["name"] += fn.get("name") or ""
+            slot["arguments"] += fn.get("arguments") or ""
+            slot["t"] = t_ms
+        if choice.get("finish_reason"):
+            rec.finish_reason = choice["finish_reason"]
+
+
+def record_end(rec: Any, state: dict[str, Any], t_ms: float) -> None:
+    for _, slot in sorted(state.items()):
+        rec.tool_call(slot["t"], slot["id"], slot["name"], slot["arguments"])

@@ -177,3 +177,44 @@ def stream(call: CassetteCall, ids: str, created: int, body: dict[str, Any],
 
 def error_body(status: int, error: dict[str, Any]) -> dict[str, Any]:
     return {"error": error}
+
+
+# ------------------------------------------------------------------ recording (the live answer -> frames)
+
+PROVIDER = "openai"
+
+
+def _record_response(rec: Any, response: dict[str, Any]) -> None:
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        rec.usage = {"prompt_tokens": usage.get("input_tokens") or 0,
+                     "completion_tokens": usage.get("output_tokens") or 0}
+    if response.get("status") == "incomplete":
+        rec.finish_reason = "length"
+
+
+def record_json(rec: Any, body: dict[str, Any], t_ms: float) -> None:
+    for item in body.get("output") or []:
+        if item.get("type") == "message":
+            rec.text(t_ms, text_of(item.get("content"), _TEXT) or "")
+        elif item.get("type") == "function_call":
+            rec.tool_call(t_ms, item.get("call_id") or "", item.get("name") or "", item.get("arguments"))
+    _record_response(rec, body)
+
+
+def record_event(rec: Any, state: dict[str, Any], name: str | None, data: dict[str, Any], t_ms: float) -> None:
+    kind = data.get("type") or name
+    if kind == "response.output_text.delta":
+        rec.text(t_ms, data.get("delta") or "")
+    elif kind == "response.output_item.done" and (data.get("item") or {}).get("type") == "function_call":
+        item = data["item"]
+        rec.tool_call(t_ms, item.get("call_id") or "", item.get("name") or "", item.get("arguments"))
+    elif kind in ("response.completed", "response.incomplete"):
+        _record_response(rec, data.get("response") or {})
+    elif kind in ("error", "response.failed"):
+        error = data.get("error") or (data.get("response") or {}).get("error") or data
+        rec.failed(500, {"error": error})
+
+
+def record_end(rec: Any, state: dict[str, Any], t_ms: float) -> None:
+    """Every item arrived whole in its `output_item.done` event."""
