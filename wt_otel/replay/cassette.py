@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from wt_otel.contracts.cassette import Cassette, CassetteCall, load_cassette
 from wt_otel.model.parts import canonical_json, decode_json, decode_result
+from wt_otel.replay.request_diff import request_diff
 
 CASSETTE_FILE = "llm.cassette.json"  # the name in a scenario directory
 MatchMode = Literal["exact", "sequence"]
@@ -340,10 +341,14 @@ class CassetteReplay:
 
     def _nearest(self, received: dict[str, Any]) -> int | None:
         """The recording sharing the longest message prefix with the request (scanned on misses only)."""
-        def shared(i: int) -> tuple[bool, int]:
+        def shared(i: int) -> tuple[bool, int, int, int]:
+            """Same model, then the longest shared prefix, then (a changed system prompt shares none) the
+            most messages equal in place, then the closest length: the recording the request was meant to be."""
             exp, got = self._keys[i]["messages"], received["messages"]
-            n = next((k for k, (a, b) in enumerate(zip(exp, got, strict=False)) if a != b), min(len(exp), len(got)))
-            return self._keys[i]["model"] == received["model"], n
+            pairs = list(zip(exp, got, strict=False))
+            n = next((k for k, (a, b) in enumerate(pairs) if a != b), len(pairs))
+            return (self._keys[i]["model"] == received["model"], n, sum(a == b for a, b in pairs),
+                    -abs(len(exp) - len(got)))
         return max(range(len(self.calls)), key=shared, default=None)
 
     def answer(self, body: dict[str, Any]) -> Reply:
@@ -389,6 +394,8 @@ class CassetteReplay:
             nearest = self._nearest(received)
             evidence = (_difference(self._keys[nearest], received) if nearest is not None
                         else {"at": "cassette", "expected": "(no recorded calls)", "received": ""})
+            if nearest is not None:  # the readable form: what the fix changed, against the nearest recording
+                evidence["diff"] = request_diff(self._keys[nearest], received)
             what = "no recorded call has this model, messages and tools"
         evidence["nearest_recorded_index"] = nearest
         entry.update(event="llm_divergence", match="miss", recorded_index=None, status=DIVERGENCE_STATUS,

@@ -113,7 +113,8 @@ class ReplayConfig(_Strict):
     runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
-    llm: Literal["replay", "live"] = "replay"
+    llm: Literal["auto", "replay", "live", "record"] = Field(
+        "auto", description="as `wt-otel run --llm` (the same default): auto replays the incident's cassette")
     llm_match: Literal["exact", "sequence"] = "exact"
     universe_port: int = Field(8648, ge=0, le=65535)
     llm_port: int = Field(8649, ge=0, le=65535)
