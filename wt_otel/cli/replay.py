@@ -96,6 +96,19 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     writes the results for CI; --otlp-endpoint URL sends them as OTel spans,
     linked to each incident's original trace, after everything else is written.
 
+    \b
+    Runtimes (--runtime):
+      http_inject                 a Contract C endpoint (any language, any process)
+      python:MODULE:ATTR          a callable agent(text) or agent(text, session_id),
+                                  plain or async, returning the reply string, or
+                                  {"reply", "tool_calls": [{"name", "arguments"}], "error"?},
+                                  or (reply, tool_calls); optional agent.reset() before
+                                  each run, agent.surface(); tools from $WT_UNIVERSE_URL
+                                  (MCP), model at $WT_LLM_BASE_URL when replayed
+      openai-agents:MODULE:ATTR   an agents.Agent as it is: function tools answered by
+                                  the universe (their bodies never run), model pointed at
+                                  the cassette; docs/replay-your-agent.md
+
     Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
     2 usage (no scenario found or selected, bad flags, runtime or pack.yaml).
     """
