@@ -140,7 +140,7 @@ def tool_definition(tool: Any) -> Any:
     recording answers every API; flags such as `strict` do not change the answer."""
     if not isinstance(tool, dict):
         return tool
-    spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    spec: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
     if not isinstance(spec.get("name"), str):
         return tool  # a provider's built-in tool (web search...): compared as sent
     function: dict[str, Any] = {"name": spec["name"]}
@@ -392,8 +392,8 @@ class CassetteReplay:
             what = f"request #{entry['seq'] + 1} of this run, the recording has {len(self.calls)} call(s)"
         else:
             nearest = self._nearest(received)
-            evidence = (_difference(self._keys[nearest], received) if nearest is not None
-                        else {"at": "cassette", "expected": "(no recorded calls)", "received": ""})
+            evidence = dict(_difference(self._keys[nearest], received) if nearest is not None
+                            else {"at": "cassette", "expected": "(no recorded calls)", "received": ""})
             if nearest is not None:  # the readable form: what the fix changed, against the nearest recording
                 evidence["diff"] = request_diff(self._keys[nearest], received)
             what = "no recorded call has this model, messages and tools"

@@ -235,6 +235,7 @@ class RecordingProxy:
         stream = "text/event-stream" in (response.headers.get("Content-Type") or "")
         rec = (CallRecording(chat, api.PROVIDER, self.tick_ms, stream)
                if chat is not None and api is not None else None)
+        chat = chat or {}
         handler.send_response(status)
         for name, value in response.headers.items():
             if name.lower() not in HOP_BY_HOP:

@@ -91,11 +91,12 @@ class OpenAIAgentsRuntime:
                 args = {"_raw_arguments": arguments}
             return _text(await universe.call_tool(tool_name, args if isinstance(args, dict) else {}))
 
-        tools = []
-        for tool in agent.tools:
-            if isinstance(tool, agents.FunctionTool):
-                tool = dataclasses.replace(tool, on_invoke_tool=lambda ctx, a, n=tool.name: invoke(n, ctx, a))
-            tools.append(tool)
+        def answered(tool: Any) -> Any:
+            async def on_invoke(ctx: Any, arguments: str) -> str:
+                return await invoke(tool.name, ctx, arguments)
+            return dataclasses.replace(tool, on_invoke_tool=on_invoke)
+
+        tools = [answered(t) if isinstance(t, agents.FunctionTool) else t for t in agent.tools]
         changes: dict[str, Any] = {"tools": tools, "mcp_servers": [universe] if agent.mcp_servers else []}
         if client is not None:
             changes["model"] = self._model(agent.model, client)
