@@ -94,8 +94,8 @@ class WtOtelSpanProcessor(SpanProcessor):
     def _write(self, session: Session, spans: list[SpanRecord]) -> None:
         self.flagger.process(session, spans)
         self.redactor.process(session, spans)
-        written = self.store.write(session)
-        if self.on_written:
+        written = self.store.write(session, spans)
+        if written is not None and self.on_written:  # None: deferred (disk full) or quarantined, logged
             self.on_written(written)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
+from wt_otel.serve.budget import AdmissionControl, BudgetConfig
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -51,6 +52,7 @@ class Server:
         self.store: Any = None
         self.replay: Any = None  # processors/auto_replay.AutoReplay when replay.enabled
         self.pipeline: Pipeline | None = None
+        self.admission: AdmissionControl | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
 
@@ -94,7 +96,9 @@ class Server:
         def write(session: Session, spans: Any) -> None:
             for stage in stages:
                 stage.process(session, spans)
-            written = self.store.write(session)
+            written = self.store.write(session, spans)
+            if written is None:  # deferred (the data dir cannot be written now) or quarantined: the store logged it
+                return
             if not self.quiet:
                 state = "complete" if session.complete else "INCOMPLETE"
                 flag = f", flagged {session.flag_ref}" if session.flagged else ""
@@ -106,8 +110,15 @@ class Server:
                                                                             is_written=self.store.has_key)
         consumer = load_component("processors", "genai-filter").from_config(assembler, config.filter, self.metrics)
         shortest = min(config.assembler.idle_timeout, config.assembler.grace or config.assembler.idle_timeout)
+        q = config.queue
+        self.admission = AdmissionControl(
+            BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
+                         max_records=q.max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
+                         session_window=q.session_window), held=assembler.held_bytes)
+        self.store.on_health = lambda reason: self._store_health(reason)
         self.pipeline = Pipeline(consumer, self.metrics, max_queued_records=config.queue.max_queued_records,
-                                 tick_interval=min(0.5, max(0.02, shortest / 4))).start()
+                                 tick_interval=min(0.5, max(0.02, shortest / 4)), admission=self.admission,
+                                 housekeeping=[self.store.retry_deferred]).start()
         from wt_otel.serve.receivers import start_receivers
 
         try:
@@ -121,6 +132,23 @@ class Server:
         if self.replay is not None:
             self.replay.start()
         return self
+
+    def _store_health(self, reason: str | None) -> None:
+        """The data dir became unwritable (stop acknowledging) or writable again."""
+        self.admission.set_degraded("data dir", reason)
+        self.metrics.set("wt_otel_datadir_degraded", 1 if reason else 0)
+        if reason:
+            self.warn(f"data dir cannot be written ({reason}): refusing exports until it can")
+        else:
+            log.info("data dir writable again: accepting exports")
+
+    @property
+    def health(self) -> dict[str, Any]:
+        """`/healthz`'s answer: ok, or degraded with the reasons (exports are refused meanwhile)."""
+        degraded = self.admission.degraded if self.pipeline is not None else {}
+        if degraded:
+            return {"status": "degraded", "reasons": degraded}
+        return {"status": "ok"}
 
     def stop(self, grace: float = 5) -> None:
         """Receivers, then the pipeline (writes open sessions), then the replay worker, then the data dir."""

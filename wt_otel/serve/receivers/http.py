@@ -7,7 +7,9 @@ path               method  answer
 =================  ======  =====================================================
 /v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
 /v1/logs           POST    OTLP export
-/healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes)
+/healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes);
+                           503 ``{"status":"degraded",...}`` while the data dir
+                           cannot be written (exports get 503 meanwhile)
 /metrics           GET     Prometheus text; needs the token when one is set,
                            because counters reveal traffic (Prometheus sends one
                            with ``authorization.credentials_file``)
@@ -235,7 +237,12 @@ class _Handler(BaseHTTPRequestHandler):
                     if method != "GET":
                         self._status(405, f"{path} accepts GET only", encoding, close=True, allow="GET")
                     elif path == "/healthz":
-                        self._send(200, b'{"status":"ok"}', "application/json")
+                        degraded = self.server.pipeline.admission.degraded
+                        if degraded:  # exports are refused meanwhile (the data dir cannot be written)
+                            self._send(503, json.dumps({"status": "degraded", "reasons": degraded}).encode(),
+                                       "application/json", {"Retry-After": str(RETRY_AFTER_SECONDS)})
+                        else:
+                            self._send(200, b'{"status":"ok"}', "application/json")
                     elif self._authorized():
                         self._send(200, self.server.metrics.render().encode(), "text/plain; version=0.0.4")
                     else:
@@ -284,7 +291,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._status(413, str(e), encoding)
             except MalformedRequest as e:
                 return self._status(400, str(e), encoding)
-            result = export(signal, body, encoding, self.server.pipeline, self.server.metrics)
+            result = export(signal, body, encoding, self.server.pipeline, self.server.metrics,
+                            client=self.client_address[0] if self.client_address else None)
         finally:
             self.server.export_slots.release()
         if result.outcome is Outcome.OK:
@@ -294,7 +302,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 payload = response.SerializeToString()
             return self._send(200, payload, _MEDIA_TYPE[encoding])
-        status = {Outcome.MALFORMED: 400, Outcome.FULL: 429, Outcome.CLOSED: 503}.get(result.outcome, 500)
+        status = {Outcome.MALFORMED: 400, Outcome.FULL: 429, Outcome.CLOSED: 503, Outcome.TOO_LARGE: 413,
+                  Outcome.UNAVAILABLE: 503}.get(result.outcome, 500)
         return self._status(status, result.message, encoding, retry=status in (429, 503))
 
     def _read_body(self) -> bytes:
