@@ -317,6 +317,11 @@ class DataDirStore:
             if self.on_health:
                 self.on_health(reason)
 
+    def quarantine(self, session: Session, spans: object, reason: str) -> Path | None:
+        """Set a session aside that a stage before the store could not process (see `_quarantine`)."""
+        with self._lock:
+            return self._quarantine(session, spans, reason)
+
     def _quarantine(self, session: Session, spans: object, reason: str) -> Path | None:
         """Set a session that cannot be written aside, with its records and the reason; never raises."""
         base = safe_slug(session.flag_ref or session.conversation_id or session.key)

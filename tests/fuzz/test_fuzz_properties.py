@@ -9,6 +9,7 @@ value that had to be changed is named in a warning. `pytest` runs the fast profi
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -79,14 +80,11 @@ def test_otlp_json_decoder_refuses_bad_documents_with_its_own_error(doc):
         body = json.dumps(doc).encode("utf-8", "surrogatepass")
     except (ValueError, RecursionError):
         assume(False)
-    try:
+    with contextlib.suppress(MalformedRequest):  # anything else fails the property
         decode(Signal.TRACES, body, Encoding.JSON)
-    except MalformedRequest:
-        pass
-    try:
-        list(spans_from_json(doc))
-    except (OtlpJsonError, RecursionError):
-        pass
+    if isinstance(doc, dict):
+        with contextlib.suppress(OtlpJsonError):
+            list(spans_from_json(doc))
 
 
 @given(record_lists)

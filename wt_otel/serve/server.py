@@ -95,7 +95,12 @@ class Server:
 
         def write(session: Session, spans: Any) -> None:
             for stage in stages:
-                stage.process(session, spans)
+                try:
+                    stage.process(session, spans)
+                except Exception as exc:  # noqa: BLE001 - hostile content must cost this session its stage, not its data
+                    log.exception("session %s: %s failed", session.key, type(stage).__name__)
+                    self.store.quarantine(session, spans, f"{type(stage).__name__} failed: {type(exc).__name__}: {exc}")
+                    return
             written = self.store.write(session, spans)
             if written is None:  # deferred (the data dir cannot be written now) or quarantined: the store logged it
                 return
