@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from support.fuzzing import (
     count,
+    hostile_sessions,
     hostile_values,
     json_values,
     otlp_json_documents,
@@ -87,12 +88,13 @@ def test_otlp_json_decoder_refuses_bad_documents_with_its_own_error(doc):
             list(spans_from_json(doc))
 
 
-@given(record_lists)
+@given(st.one_of(record_lists, hostile_sessions()))
 def test_session_builder_and_every_writer_take_hostile_records(records):
     count("session_and_writers")
     session = build_session(records, key="k")
     if session is None:
         return
+    count("session_and_writers:built")
     files = render(session, "slug")
     for name, data in files.items():
         assert isinstance(data, bytes), name
@@ -102,12 +104,13 @@ def test_session_builder_and_every_writer_take_hostile_records(records):
             data.decode("utf-8")  # valid UTF-8 text
 
 
-@given(record_lists)
+@given(st.one_of(record_lists, hostile_sessions()))
 def test_the_store_writes_or_quarantines_never_loses(tmp_path_factory, records):
     count("datadir_store")
     session = build_session(records, key="k")
     if session is None:
         return
+    count("datadir_store:built")
     root = tmp_path_factory.mktemp("dd")
     with DataDirStore(root) as store:
         written = store.write(session, records)

@@ -149,3 +149,33 @@ def _depth(value: Any) -> int:
                 nxt.extend(v)
         level = nxt
     return depth
+
+
+# -- real GenAI sessions with hostile values put where the dialects look
+
+def _message(value: Any, role: Any) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": value},
+                                    {"type": "tool_call", "id": "c1", "name": "weather", "arguments": value}]}
+
+
+@st.composite
+def hostile_sessions(draw: st.DrawFn) -> list[Any]:
+    """`support.hostile.genai_session` (a session every dialect path builds) with 1-4 values replaced."""
+    from support.hostile import genai_session
+
+    spans = genai_session(f"{draw(st.integers(1, 3)):032x}",
+                          conversation=draw(st.one_of(st.none(), hostile_text.map(lambda t: t[:50] or "c"))))
+    for _ in range(draw(st.integers(1, 4))):
+        span = spans[draw(st.integers(0, len(spans) - 1))]
+        key = draw(st.sampled_from(sorted(span.attributes) + GENAI_KEYS))
+        value = draw(hostile_values)
+        kind = draw(st.integers(0, 3))
+        if kind == 0:
+            span.attributes[key] = value
+        elif kind == 1:
+            span.attributes[key] = _json_text(value)
+        elif kind == 2:  # a message list whose content / arguments are hostile
+            span.attributes[key] = _json_text([_message(value, draw(st.one_of(st.just("user"), scalars)))])
+        else:
+            span.attributes[key] = _json_text({"args": value})
+    return spans
