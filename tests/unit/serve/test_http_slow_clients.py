@@ -133,3 +133,24 @@ def test_connections_beyond_the_limit_get_503_at_once(receiver):
             h.close()
     time.sleep(0.2)
     assert _export(receivers.http_port) == 200  # the slots are back once those clients are gone
+
+
+def test_compressed_exports_inflating_at_once_are_bounded(receiver):
+    """32 concurrent exports inflating to 31 MB each once held 1.2 GB: at most 4 inflate at a time."""
+    import gzip
+
+    receivers = receiver()
+    slots = receivers.http_server.inflate_slots
+    for _ in range(4):  # four exports are inflating right now
+        assert slots.acquire(blocking=False)
+    try:
+        body = gzip.compress(to_request(genai_session(tid(1))).SerializeToString())
+        req = urllib.request.Request(f"http://127.0.0.1:{receivers.http_port}/v1/traces", data=body,
+                                     headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 429 and info.value.headers["Retry-After"] == "1"
+        assert _export(receivers.http_port) == 200  # plain bodies are not held up
+    finally:
+        for _ in range(4):
+            slots.release()

@@ -109,9 +109,10 @@ class LogsService(_ExportServicer, logs_service_pb2_grpc.LogsServiceServicer):
 
 
 def _peer_host(context: grpc.ServicerContext) -> str | None:
-    """ "ipv4:127.0.0.1:5555" -> "ipv4:127.0.0.1": the client, whichever port it connected from."""
+    """ "ipv4:127.0.0.1:5555" -> "127.0.0.1", "ipv6:[::1]:5555" -> "::1": the client, whichever port and transport."""
     peer = context.peer() or ""
-    return peer.rpartition(":")[0] or peer or None
+    host = peer.partition(":")[2].rpartition(":")[0] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return host.strip("[]") or None  # the same key as the HTTP receiver's client address
 
 
 def _metadata(context: grpc.ServicerContext, key: str) -> str | None:

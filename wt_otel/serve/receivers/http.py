@@ -85,6 +85,7 @@ _MEDIA_TYPE = {Encoding.PROTOBUF: "application/x-protobuf", Encoding.JSON: "appl
 _RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 408: 4, 411: 3, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 # Exports decoding at once; each holds up to max_message_bytes + max_decompressed_bytes.
 _MAX_CONCURRENT_EXPORTS = 32
+_MAX_CONCURRENT_INFLATIONS = 4  # 32 exports inflating to 31 MB each once held 1.2 GB
 _IDLE_TIMEOUT_SECONDS = 30  # a silent client (slowloris, dead peer) frees its thread after this
 _REAP_SLACK_SECONDS = 0.5  # the reaper gives the handler's own 408 this long to go out first
 
@@ -129,6 +130,8 @@ class OtlpHttpServer(ThreadingHTTPServer):
         self.config, self.pipeline, self.metrics, self.token = config, pipeline, metrics, token
         self.stopping = False
         self.export_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_EXPORTS)
+        # a gzip export may inflate to max_decompressed_bytes and decode to several times that: few at once
+        self.inflate_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_INFLATIONS)
         self._connections: set[socket.socket] = set()
         self._busy = 0
         self._idle = threading.Condition()
@@ -374,6 +377,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.arm(self.connection, None)
         if not self.server.export_slots.acquire(blocking=False):
             return self._status(429, "too many concurrent exports; retry later", encoding, retry=True)
+        inflating = content_encoding != "identity"
+        if inflating and not self.server.inflate_slots.acquire(blocking=False):
+            self.server.export_slots.release()
+            return self._status(429, "too many compressed exports being inflated at once; retry later", encoding,
+                                retry=True)
         try:
             try:
                 if content_encoding != "identity":
@@ -385,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
             result = export(signal, body, encoding, self.server.pipeline, self.server.metrics,
                             client=self.client_address[0] if self.client_address else None)
         finally:
+            if inflating:
+                self.server.inflate_slots.release()
             self.server.export_slots.release()
         if result.outcome is Outcome.OK:
             response = result.response(signal)
