@@ -13,10 +13,12 @@ rules, in order:
 3. memory, in bytes, across the queue and what the processors hold (open
    sessions, records retained for late spans): beyond `max_bytes`, FULL
    (429 / RESOURCE_EXHAUSTED + retry info);
-4. one client (peer address) may start at most `max_sessions_per_client`
-   traces per `session_window` seconds (counted per batch as the distinct
-   trace ids it carries): beyond, FULL for that client only, so a flood from
-   one exporter cannot crowd out the others.
+4. fairness under pressure: each client (peer address) is counted the traces
+   it starts per `session_window` seconds (the distinct trace ids of each
+   batch). Once the budgets are `fair_share_pressure` full, a client past
+   `max_sessions_per_client` gets FULL, so the heavy exporter backs off while
+   the others still get in; without pressure nobody is throttled (one
+   collector forwarding everything is a single client and must not be).
 
 Kept free of transport and processor types so the ingest redesign can reuse it.
 """
@@ -56,6 +58,7 @@ class BudgetConfig:
     max_records: int = 100_000  # queued records (the old record bound)
     max_sessions_per_client: int = 2_500
     session_window: float = 30.0
+    fair_share_pressure: float = 0.5  # the per-client quota bites once the budgets are this full
     max_clients: int = 1024  # tracked peers (LRU)
 
     @property
@@ -125,12 +128,15 @@ class AdmissionControl:
         if queued_bytes + held + nbytes > cfg.max_bytes:
             return Decision(Verdict.FULL, f"the memory budget is spent ({queued_bytes + held} of {cfg.max_bytes} "
                                           "bytes held by the queue and open sessions)", nbytes)
-        if client is not None and traces and not self._take_sessions(client, traces):
-            return Decision(Verdict.FULL, f"this client opened more than {cfg.max_sessions_per_client} traces in "
-                                          f"{cfg.session_window:g}s", nbytes)
+        pressure = max(queued_records / cfg.max_records, (queued_bytes + held) / cfg.max_bytes)
+        if client is not None and traces and not self._take_sessions(client, traces,
+                                                                     pressure >= cfg.fair_share_pressure):
+            return Decision(Verdict.FULL, f"wt-otel is busy and this client started more than "
+                                          f"{cfg.max_sessions_per_client} traces in {cfg.session_window:g}s",
+                            nbytes)
         return Decision(Verdict.ADMIT, "", nbytes)
 
-    def _take_sessions(self, client: str, traces: int) -> bool:
+    def _take_sessions(self, client: str, traces: int, enforce: bool) -> bool:
         cfg = self.config
         now = self.clock()
         with self._lock:
@@ -144,7 +150,7 @@ class AdmissionControl:
             self._clients.move_to_end(client)
             while window and now - window[0][0] >= cfg.session_window:
                 self._client_counts[client] -= window.popleft()[1]
-            if self._client_counts[client] + traces > cfg.max_sessions_per_client:
+            if enforce and self._client_counts[client] + traces > cfg.max_sessions_per_client:
                 return False
             window.append((now, traces))
             self._client_counts[client] += traces

@@ -152,8 +152,10 @@ class QueueConfig(_Strict):
     max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
                                       "a larger request is refused (413 / RESOURCE_EXHAUSTED): split it")
     max_sessions_per_client: int = Field(2_500, gt=0, description="traces one client (peer address) may start per "
-                                         "session_window seconds")
+                                         "session_window seconds once the budgets are fair_share_pressure full; "
+                                         "also the most traces one request may carry")
     session_window: float = Field(30.0, gt=0)
+    fair_share_pressure: float = Field(0.5, ge=0, le=1)
 
 
 class ReplayResultsConfig(_Strict):

@@ -119,7 +119,8 @@ class Server:
         self.admission = AdmissionControl(
             BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
                          max_records=q.max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
-                         session_window=q.session_window), held=assembler.held_bytes)
+                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure),
+            held=assembler.held_bytes)
         self.store.on_health = lambda reason: self._store_health(reason)
         self.pipeline = Pipeline(consumer, self.metrics, max_queued_records=config.queue.max_queued_records,
                                  tick_interval=min(0.5, max(0.02, shortest / 4)), admission=self.admission,

@@ -19,15 +19,18 @@ class _Clock:
         return self.now
 
 
-def test_per_client_quota_is_per_client_and_refills_after_the_window():
+def test_under_pressure_the_heavy_client_backs_off_and_the_others_get_in():
     clock = _Clock()
-    control = AdmissionControl(BudgetConfig(max_sessions_per_client=10, session_window=30), clock=clock)
+    control = AdmissionControl(BudgetConfig(max_sessions_per_client=10, session_window=30, max_records=1000),
+                               clock=clock)
     assert control.check(_traces(8), 0, 0, "a").verdict is Verdict.ADMIT
-    refused = control.check(_traces(5, 100), 0, 0, "a")
-    assert refused.verdict is Verdict.FULL and "opened more than 10 traces" in refused.reason
-    assert control.check(_traces(5, 100), 0, 0, "b").verdict is Verdict.ADMIT  # another client is not locked out
-    clock.now = 31
-    assert control.check(_traces(5, 100), 0, 0, "a").verdict is Verdict.ADMIT
+    assert control.check(_traces(5, 100), 0, 0, "a").verdict is Verdict.ADMIT  # no pressure: nobody throttled
+    busy = 600  # records queued: the budgets are more than half full
+    refused = control.check(_traces(5, 200), 0, busy, "a")
+    assert refused.verdict is Verdict.FULL and "started more than 10 traces" in refused.reason
+    assert control.check(_traces(5, 200), 0, busy, "b").verdict is Verdict.ADMIT  # another client is not locked out
+    clock.now = 31  # the window has passed: a's count starts over
+    assert control.check(_traces(5, 300), 0, busy, "a").verdict is Verdict.ADMIT
 
 
 def test_a_batch_beyond_its_share_is_too_large_not_retryable():

@@ -86,20 +86,10 @@ def test_item2_one_huge_request_is_refused_and_does_not_lock_out_others(tmp_path
             with pytest.raises(grpc.RpcError) as info:
                 TraceServiceStub(channel).Export(to_request(flood), timeout=10)
             assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        # the per-client quota: 150 traces pass, the next 100 from the same client are refused (retry later)
-        first = [genai_session(tid(i))[3] for i in range(2_000, 2_150)]
-        assert _post(server, to_request(first).SerializeToString())[0] == 200
-        more = [genai_session(tid(i))[3] for i in range(3_000, 3_100)]
-        status, headers, _ = _post(server, to_request(more).SerializeToString())
-        assert status == 429 and headers["Retry-After"] == "1"
-        # the same address over gRPC is the same client
+        # nobody is locked out: the next export (HTTP or gRPC) goes straight in
+        assert _post(server, to_request(genai_session(tid(5_000))).SerializeToString())[0] == 200
         with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            with pytest.raises(grpc.RpcError) as info:
-                TraceServiceStub(channel).Export(to_request(more), timeout=10)
-            assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert dict(info.value.trailing_metadata()).get("google.rpc.retryinfo-bin")
-        # another client is not locked out (its quota is its own; see test_budget.py for the window)
-        assert server.admission.check(more, 0, 0, client="10.0.0.2").verdict.value == "admit"
+            TraceServiceStub(channel).Export(to_request(genai_session(tid(5_001))), timeout=10)
     finally:
         server.stop()
 
