@@ -324,19 +324,18 @@ class DataDirStore:
 
     def _quarantine(self, session: Session, spans: object, reason: str) -> Path | None:
         """Set a session that cannot be written aside, with its records and the reason; never raises."""
-        base = safe_slug(session.flag_ref or session.conversation_id or session.key)
-        dest = self.root / QUARANTINE / f"{base}-{time.time_ns()}"
-        records = [dataclasses.asdict(r) if dataclasses.is_dataclass(r) else r for r in (spans or [])]  # type: ignore[arg-type]
-        files = {
-            "reason.txt": f"session {session.key} (trace ids {', '.join(session.trace_ids)}) was not written:\n"
-                          f"{reason}\n".encode("utf-8", "backslashreplace"),
-            "records.ndjson": b"".join(safejson.dumps(r, indent=False) + b"\n" for r in records),
-        }
         try:
+            base = safe_slug(session.flag_ref or session.conversation_id or session.key)
+            dest = self.root / QUARANTINE / f"{base}-{time.time_ns()}"
+            files = {
+                "reason.txt": f"session {session.key} (trace ids {', '.join(session.trace_ids)}) was not "
+                              f"written:\n{reason}\n".encode("utf-8", "backslashreplace"),
+                "records.ndjson": b"".join(safejson.dumps(_plain(r), indent=False) + b"\n" for r in spans or ()),
+            }
             write_directory(dest, files, durable=True)
-        except OSError as e:
-            if e.errno in DISK_ERRORS:
-                self._defer(session, spans, f"{os.strerror(e.errno)} writing {dest}")
+        except Exception as e:  # noqa: BLE001 - quarantine is the last resort: it must not raise
+            if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+                self._defer(session, spans, f"{os.strerror(e.errno)} writing the quarantine")
                 return None
             log.exception("session %s: not written (%s) and cannot be quarantined", session.key, reason)
             self.metrics.inc("wt_otel_sessions_lost_total")
@@ -409,6 +408,17 @@ class DataDirStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _plain(record: Any) -> Any:
+    """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
+    deep-copies every value recursively and overflows the stack on hostile nesting."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: _plain(getattr(record, f.name)) if f.name in ("events", "links") else getattr(record, f.name)
+                for f in dataclasses.fields(record)}
+    if isinstance(record, list):
+        return [_plain(x) for x in record]
+    return record
 
 
 def _now_iso() -> str:
