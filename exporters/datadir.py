@@ -398,6 +398,10 @@ class DataDirStore:
 
     def close(self) -> None:
         with self._lock:
+            if self._deferred:  # the disk never came back: say exactly what is lost, loudly
+                log.error("data dir %s still cannot be written (%s): %d acknowledged session(s) NOT written: %s",
+                          self.root, self.degraded, len(self._deferred), ", ".join(self._deferred))
+                self.metrics.inc("wt_otel_sessions_lost_total", len(self._deferred))
             if not self._index.closed:
                 self._index.close()
             if not self._lockfile.closed:
