@@ -231,14 +231,16 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
     if not decoded.records:
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
-    admission, reason = pipeline.admit(decoded.records, client)
+    admit = getattr(pipeline, "admit", None)  # a bare `offer(records)` sink (the demo's) still works
+    admission, reason = admit(decoded.records, client) if admit else (pipeline.offer(decoded.records), "")
     n = len(decoded.records)
     if admission is Admission.ACCEPTED:
         metrics.inc("wt_otel_records_accepted_total", n)
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
     if admission is Admission.FULL:
         metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
-        return ExportResult(Outcome.FULL, f"{reason} ({n} records refused); retry after {RETRY_AFTER_SECONDS}s")
+        return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({n} records refused); "
+                                          f"retry after {RETRY_AFTER_SECONDS}s")
     if admission is Admission.TOO_LARGE:
         metrics.inc("wt_otel_records_rejected_total", n, reason="batch_too_large")
         return ExportResult(Outcome.TOO_LARGE, f"{reason} ({n} records refused)")

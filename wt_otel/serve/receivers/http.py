@@ -328,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
                     if method != "GET":
                         self._status(405, f"{path} accepts GET only", encoding, close=True, allow="GET")
                     elif path == "/healthz":
-                        degraded = self.server.pipeline.admission.degraded
+                        admission = getattr(self.server.pipeline, "admission", None)
+                        degraded = admission.degraded if admission is not None else {}
                         if degraded:  # exports are refused meanwhile (the data dir cannot be written)
                             self._send(503, json.dumps({"status": "degraded", "reasons": degraded}).encode(),
                                        "application/json", {"Retry-After": str(RETRY_AFTER_SECONDS)})
