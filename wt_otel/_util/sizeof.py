@@ -34,12 +34,21 @@ def value_bytes(value: Any) -> int:
     return total
 
 
+def _attrs_bytes(attrs: dict[str, Any]) -> int:
+    """`value_bytes(attrs)`, with the common case (string values) summed without the walk."""
+    total = _OBJECT + 16 * len(attrs)
+    for key, value in attrs.items():
+        total += _OBJECT + len(key)
+        total += _OBJECT + len(value) if type(value) is str else value_bytes(value)
+    return total
+
+
 def record_bytes(record: Any) -> int:
     """Estimated bytes held by one SpanRecord or LogRecord (duck-typed: any of their fields)."""
     total = _RECORD + len(getattr(record, "name", "") or "") + len(getattr(record, "status_message", "") or "")
-    total += value_bytes(getattr(record, "attributes", None) or {})
+    total += _attrs_bytes(getattr(record, "attributes", None) or {})
     for event in getattr(record, "events", None) or ():
-        total += _RECORD // 2 + len(event.name) + value_bytes(event.attributes) + value_bytes(event.body)
+        total += _RECORD // 2 + len(event.name) + _attrs_bytes(event.attributes) + value_bytes(event.body)
     for link in getattr(record, "links", None) or ():
         total += _RECORD // 2 + value_bytes(link.attributes)
     body = getattr(record, "body", None)
