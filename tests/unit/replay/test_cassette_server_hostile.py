@@ -23,7 +23,7 @@ CASSETTE = {"wt_cassette": 1, "scenario": "t", "latest_trace_id": RUN, "history_
 
 @pytest.fixture
 def server(capsys):
-    s = CassetteServer(load_cassette(CASSETTE), port=0, max_body_bytes=1_000_000)
+    s = CassetteServer(load_cassette(CASSETTE), port=0)
     s.start()
     yield s
     s.stop()
