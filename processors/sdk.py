@@ -88,7 +88,7 @@ class WtOtelSpanProcessor(SpanProcessor):
                                                       is_written=self.store.has_key)
         consumer = GenAIFilter.from_config(self.assembler, config.filter, self.metrics)
         self.pipeline = Pipeline(consumer, self.metrics, max_queued_records=config.queue.max_queued_records,
-                                 tick_interval=tick_interval).start()
+                                 tick_interval=tick_interval, housekeeping=[self.store.retry_deferred]).start()
         self._shut = False
 
     def _write(self, session: Session, spans: list[SpanRecord]) -> None:
