@@ -95,6 +95,8 @@ def _refuse(conn: socket.socket) -> None:
     body = b'{"code":14,"message":"too many connections; retry later"}'
     head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
             f"\r\nRetry-After: {RETRY_AFTER_SECONDS}\r\nConnection: close\r\n\r\n").encode()
+    if isinstance(conn, ssl.SSLSocket):  # no handshake yet: plain text would be garbage to it; just close
+        return
     with contextlib.suppress(OSError):
         conn.setblocking(False)
         conn.send(head + body)
