@@ -52,10 +52,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from wt_otel._util.sizeof import record_bytes
+from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.serve.config import AssemblerConfig
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.assembler")
@@ -80,6 +82,13 @@ class _Group:
     absorbed: list[str] = field(default_factory=list)
     retained_at: float = 0.0
     nbytes: int = 0  # estimated bytes of `records`
+
+    @property
+    def held(self) -> list[Record]:
+        """The records of a group that is not a tombstone (callers know which they hold)."""
+        if self.records is None:
+            raise RuntimeError(f"session group {self.key} is a tombstone: it holds no records")
+        return self.records
 
 
 def _is_agent_root(span: SpanRecord) -> bool:
@@ -110,8 +119,9 @@ class SessionAssembler:
         self.late_window = late_window
         self.max_retained_records = max_retained_records
         self.max_retained_sessions = 4 * max_open_sessions  # tombstones are small: ids only
-        self._emitted: set[str] | None = None if is_written else set()  # without a store, remember keys here
-        self._is_written = is_written or self._emitted.__contains__
+        emitted: set[str] = set()
+        self._emitted: set[str] | None = None if is_written else emitted  # without a store, remember keys here
+        self._is_written = is_written or emitted.__contains__
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         self._root_ended: set[str] = set()
@@ -130,7 +140,7 @@ class SessionAssembler:
                    max_open_sessions=config.max_open_sessions,
                    max_records_per_session=config.max_records_per_session, late_window=config.late_window,
                    max_retained_records=config.max_retained_records, is_written=is_written,
-                   max_held_bytes=getattr(config, "max_held_bytes", 384 * 1024 * 1024))
+                   max_held_bytes=config.max_held_bytes)
 
     # ------------------------------------------------------------------ Consumer
 
@@ -197,7 +207,7 @@ class SessionAssembler:
                 if other is not group:
                     self._merge(group, other)
         self._attach(group, record, trace_id, conv, now)
-        if len(group.records) >= self.max_records_per_session:
+        if len(group.held) >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
         self._enforce_bytes(now)
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
@@ -219,7 +229,7 @@ class SessionAssembler:
                 self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
 
     def _tombstone(self, group: _Group) -> None:
-        self._retained_records -= len(group.records)
+        self._retained_records -= len(group.held)
         self._retained_bytes -= group.nbytes
         group.records, group.nbytes = None, 0
 
@@ -259,7 +269,7 @@ class SessionAssembler:
         """Two sessions turned out to share a conversation: one session, the older key."""
         del self._open[other.key]
         self._root_ended.discard(other.key)
-        into.records.extend(other.records)
+        into.held.extend(other.held)
         into.nbytes += other.nbytes
         into.traces |= other.traces
         into.convs |= other.convs
@@ -276,7 +286,7 @@ class SessionAssembler:
             self._by_conv[c] = into.key
 
     def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
-        group.records.append(record)
+        group.held.append(record)
         size = record_bytes(record)
         group.nbytes += size
         self._open_bytes += size
@@ -302,7 +312,7 @@ class SessionAssembler:
         self._root_ended.discard(group.key)
         if reason:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
-        records = group.records
+        records = group.held
         try:
             spans = attach_logs(_copy(r) for r in records)
             session = build_session(spans, key=group.key)
@@ -354,3 +364,13 @@ class SessionAssembler:
         for c in group.convs:
             if self._by_conv.get(c) == key:
                 del self._by_conv[c]
+
+
+def _create(config: AssemblerConfig, ctx: StageContext, sink: SessionSink) -> SessionAssembler:
+    """The assembler asks the store (if a session stage made one) whether a key was written before."""
+    store = ctx.store
+    return SessionAssembler.from_config(sink, config, ctx.metrics, is_written=store.has_key if store else None)
+
+
+STAGE = StageType("assembler", "assembler", _create, AssemblerConfig,
+                  description="group records into sessions and say when each is complete")

@@ -14,7 +14,8 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, settings
-from support.fuzzing import CASES
+
+from tests.support.fuzzing import CASES
 
 settings.register_profile("fast", max_examples=15, derandomize=True, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

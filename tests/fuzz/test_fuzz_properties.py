@@ -16,7 +16,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from support.fuzzing import (
+
+from tests.support.fuzzing import (
     count,
     hostile_sessions,
     hostile_values,
@@ -24,8 +25,7 @@ from support.fuzzing import (
     otlp_json_documents,
     record_lists,
 )
-from support.hostile import genai_session, tid, to_request
-
+from tests.support.hostile import genai_session, tid, to_request
 from wt_otel._util import safejson
 from wt_otel._util.fsutil import safe_slug
 from wt_otel.exporters.datadir import DataDirStore
@@ -186,8 +186,7 @@ def test_found_surrogates_in_yaml_and_deep_records_in_quarantine(tmp_path, monke
     """Long profile, first run: a lone surrogate that reached scenario.yaml made the YAML emitter throw
     (UnicodeEncodeError); quarantining the session then overflowed the stack on a deeply nested attribute
     (dataclasses.asdict), so store.write raised and the session was lost."""
-    from support.fuzzing import deep
-
+    from tests.support.fuzzing import deep
     from wt_otel.exporters import datadir as datadir_mod
     from wt_otel.exporters.scenario import _yaml
 

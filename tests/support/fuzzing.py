@@ -161,7 +161,7 @@ def _message(value: Any, role: Any) -> dict[str, Any]:
 @st.composite
 def hostile_sessions(draw: st.DrawFn) -> list[Any]:
     """`support.hostile.genai_session` (a session every dialect path builds) with 1-4 values replaced."""
-    from support.hostile import genai_session
+    from tests.support.hostile import genai_session
 
     spans = genai_session(f"{draw(st.integers(1, 3)):032x}",
                           conversation=draw(st.one_of(st.none(), hostile_text.map(lambda t: t[:50] or "c"))))

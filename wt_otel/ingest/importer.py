@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from wt_otel._util.fsutil import DirectoryExists, unique_slug
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
+from wt_otel.ingest.flags import FlagRules
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session, ToolExecution
 
@@ -89,9 +90,11 @@ def import_dumps(
     flagged_only: bool = False,
     strict: bool = False,
     progress: Callable[[str, int], None] | None = None,
+    flag_rules: FlagRules | None = None,
 ) -> ImportReport:
     """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
-    unless `strict` (then `ImportAborted`, before any write)."""
+    unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
+    (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`."""
     report = ImportReport()
     wanted = {t.lower() for t in trace_ids}
     ready: list[Session] = []
@@ -121,9 +124,9 @@ def import_dumps(
             yield from ready
             for group in grouper.groups():
                 try:
-                    session = build_session(group)
+                    session = build_session(group, flag_rules=flag_rules)
                 except Exception as e:  # noqa: BLE001 - a hostile trace costs its own session only
-                    traces = sorted({r.trace_id for r in group if getattr(r, "trace_id", None)})
+                    traces = sorted({r.trace_id for r in group if r.trace_id})
                     report.errors.append(f"trace {', '.join(traces[:3])}: session not built: {type(e).__name__}: {e}")
                     continue
                 if session is not None:

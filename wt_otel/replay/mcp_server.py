@@ -57,7 +57,7 @@ MAX_SESSIONS = 1_000
 
 
 def is_object_schema(schema: dict[str, Any] | None) -> bool:
-    return bool(schema) and schema.get("type") == "object"
+    return schema is not None and schema.get("type") == "object"
 
 
 def structured(result: Any) -> dict[str, Any]:

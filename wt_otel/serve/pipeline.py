@@ -32,7 +32,7 @@ from wt_otel.serve.metrics import Metrics
 log = logging.getLogger("wt_otel.serve.pipeline")
 
 
-class Admission(enum.Enum):
+class PipelineAdmission(enum.Enum):
     ACCEPTED = "accepted"
     FULL = "full"
     CLOSED = "closed"
@@ -40,8 +40,8 @@ class Admission(enum.Enum):
     UNAVAILABLE = "unavailable"  # the data dir cannot be written (full disk): retry later
 
 
-_VERDICTS = {Verdict.FULL: Admission.FULL, Verdict.TOO_LARGE: Admission.TOO_LARGE,
-             Verdict.UNAVAILABLE: Admission.UNAVAILABLE}
+_VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAdmission.TOO_LARGE,
+             Verdict.UNAVAILABLE: PipelineAdmission.UNAVAILABLE}
 
 
 class Consumer(Protocol):
@@ -83,16 +83,16 @@ class Pipeline:
     def queued_bytes(self) -> int:
         return self._queued_bytes
 
-    def offer(self, records: Sequence[Record], client: str | None = None) -> Admission:
+    def offer(self, records: Sequence[Record], client: str | None = None) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
         return self.admit(records, client)[0]
 
-    def admit(self, records: Sequence[Record], client: str | None = None) -> tuple[Admission, str]:
+    def admit(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`offer`, with the reason for a refusal (for the client's error message)."""
         n = len(records)
         with self._lock:
             if self._closed:
-                return Admission.CLOSED, "wt-otel is shutting down"
+                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
             decision = self.admission.check(records, self._queued_bytes, self._queued, client)
             if decision.verdict is not Verdict.ADMIT:
                 return _VERDICTS[decision.verdict], decision.reason
@@ -101,19 +101,20 @@ class Pipeline:
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
             self._queue.put((records, decision.nbytes))
-        return Admission.ACCEPTED, ""
+        return PipelineAdmission.ACCEPTED, ""
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
+            batch: tuple[Sequence[Record], int] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
-                batch = ()
+                batch = ((), 0)
             if batch is None:
                 break
             now = time.time()
-            if batch:
+            if batch[0]:
                 records, nbytes = batch
                 self._safely(self.consumer.consume, records, now)
                 with self._lock:

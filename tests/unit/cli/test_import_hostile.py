@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from support.hostile import HUGE_INT_ARGS, genai_session, tid, to_otlp_json
 
+from tests.support.hostile import HUGE_INT_ARGS, genai_session, tid, to_otlp_json
 from wt_otel.cli import main
 
 

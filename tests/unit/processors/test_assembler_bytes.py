@@ -3,8 +3,7 @@ early; every record still reaches the sink."""
 
 from __future__ import annotations
 
-from support.hostile import genai_session, tid
-
+from tests.support.hostile import genai_session, tid
 from wt_otel.processors.assembler import SessionAssembler
 from wt_otel.serve.metrics import Metrics
 

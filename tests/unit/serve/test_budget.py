@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from support.hostile import genai_session, tid
-
+from tests.support.hostile import genai_session, tid
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
 
 

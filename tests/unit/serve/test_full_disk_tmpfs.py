@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from support.hostile import genai_session, tid, to_request
 
+from tests.support.hostile import genai_session, tid, to_request
 from wt_otel.exporters.datadir import read_index
 from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.server import Server

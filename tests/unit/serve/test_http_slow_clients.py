@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from support.hostile import genai_session, tid, to_request
 
+from tests.support.hostile import genai_session, tid, to_request
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 from wt_otel.serve.receivers import ReceiversConfig, start_receivers

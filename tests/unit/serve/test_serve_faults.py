@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
-from support.hostile import HUGE_INT_ARGS, genai_session, tid, to_request
 
+from tests.support.hostile import HUGE_INT_ARGS, genai_session, tid, to_request
 from wt_otel.exporters.datadir import read_index
 from wt_otel.serve.config import AssemblerConfig, QueueConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.server import Server

@@ -253,7 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
         whole request must arrive within http_read_timeout (the reaper enforces it on header reads)."""
         self.server.arm(self.connection, None)
         try:
-            if not self.rfile.peek(1):
+            if not self.rfile.peek(1):  # type: ignore[attr-defined]  # a BufferedReader (makefile("rb"))
                 self.close_connection = True
                 return
         except (OSError, ValueError):  # idle timeout, reset, closed
