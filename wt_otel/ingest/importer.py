@@ -123,7 +123,12 @@ def import_dumps(
         def sessions() -> Iterator[Session]:
             yield from ready
             for group in grouper.groups():
-                session = build_session(group, flag_rules=flag_rules)
+                try:
+                    session = build_session(group, flag_rules=flag_rules)
+                except Exception as e:  # noqa: BLE001 - a hostile trace costs its own session only
+                    traces = sorted({r.trace_id for r in group if r.trace_id})
+                    report.errors.append(f"trace {', '.join(traces[:3])}: session not built: {type(e).__name__}: {e}")
+                    continue
                 if session is not None:
                     yield session
 
@@ -138,8 +143,8 @@ def import_dumps(
                 report.written.append(writer.write(session, slug))
             except DirectoryExists as e:
                 report.errors.append(str(e))
-            except (OSError, ValueError) as e:  # one bad session must not sink the others
-                report.errors.append(f"session {session.key}: not written: {e}")
+            except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
+                report.errors.append(f"session {session.key}: not written: {type(e).__name__}: {e}")
             if progress:
                 progress("sessions", len(report.written))
     return report

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from wt_otel._util import safejson
+
 CONTRACT_A_PART_TYPES = frozenset({"text", "tool_call", "tool_call_response"})
 
 # Placeholders producers write when content capture is off or scrubbed.
@@ -117,7 +119,7 @@ def normalize_part(part: Any) -> dict[str, Any]:
     if isinstance(part, str):
         return {"type": "text", "content": part}
     if not isinstance(part, dict):
-        return {"type": "text", "content": json.dumps(part, default=str)}
+        return {"type": "text", "content": _as_text(part)}
     p = dict(part)
     ptype = _TYPE_ALIASES.get(str(p.get("type", "text")), str(p.get("type", "text")))
     p["type"] = ptype
@@ -134,7 +136,14 @@ def normalize_part(part: Any) -> dict[str, Any]:
         if "response" not in p:
             p["response"] = p.pop("result", p.pop("content", None))
         p["response"] = decode_result(p["response"])
+    if ptype in ("text", "reasoning") and p.get("content") is not None and not isinstance(p["content"], str):
+        p["content"] = _as_text(p["content"])  # a producer's list/number where text belongs: kept, as its JSON
     return p
+
+
+def _as_text(value: Any) -> str:
+    """JSON text of any value (huge ints, deep nesting and surrogates included), never raising."""
+    return safejson.dumps(value, indent=False).decode("utf-8")
 
 
 def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +206,8 @@ def signature(message: dict[str, Any]) -> tuple:
     for p in message.get("parts", []):
         t = p.get("type")
         if t == "text":
-            sig.append(("text", (p.get("content") or "").strip()))
+            content = p.get("content") or ""
+            sig.append(("text", content.strip() if isinstance(content, str) else _canon(content)))
         elif t == "tool_call":
             sig.append(("tool_call", p.get("name"), _canon(p.get("arguments"))))
         elif t == "tool_call_response":
@@ -211,7 +221,10 @@ def _canon(value: Any) -> str:
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str).decode()
     except (TypeError, orjson.JSONEncodeError):  # e.g. integers beyond 64 bits
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        try:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        except (ValueError, RecursionError):  # nested deeper than the stack: still a stable signature
+            return safejson.dumps(value, indent=False).decode("utf-8")
 
 
 def canonical_json(value: Any) -> str:
