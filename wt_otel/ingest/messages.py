@@ -395,7 +395,7 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     if isinstance(d.get("parts"), list):
         parts = [p for b in d["parts"] for p in _part_from_block(b)]
-    elif role == "tool" and (d.get("tool_call_id") or not _typed_blocks(d.get("content"))):
+    elif role == "tool" and (d.get("tool_call_id") or not _typed_blocks(_content(d.get("content")))):
         part: dict[str, Any] = {"type": "tool_call_response", "id": str(d.get("tool_call_id") or d.get("id") or ""),
                                 "response": tool_result(d.get("content"))}
         if d.get("name"):
@@ -404,8 +404,8 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
             part["is_error"] = True
         parts = [part]
     else:
-        parts = [p for b in _as_blocks(d.get("content")) for p in _part_from_block(b)]
-    for tc in d.get("tool_calls") or []:
+        parts = [p for b in _as_blocks(_content(d.get("content"))) for p in _part_from_block(b)]
+    for tc in _content(d.get("tool_calls")) or []:
         if isinstance(tc, dict):
             fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
             parts.append(_call_part(tc.get("id") or tc.get("call_id"), fn.get("name"),
@@ -421,6 +421,17 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     if d.get("name") and out and role not in ("tool",):
         out[-1]["name"] = d["name"]
     return out
+
+
+def _content(value: Any) -> Any:
+    """A `content` given as JSON text of a block list (Strands events, some loggers) -> the blocks."""
+    if isinstance(value, str) and value[:2] in ('[{', '[]'):
+        decoded, ok = decode_json(value)
+        if ok and isinstance(decoded, list) and all(isinstance(b, dict) and (
+                "type" in b or {"text", "toolUse", "toolResult", "json", "reasoningContent", "image",
+                                "document"} & b.keys()) for b in decoded):
+            return decoded
+    return value
 
 
 def _typed_blocks(content: Any) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, as_list, base_call, operation, tool_definition
-from wt_otel.model.parts import normalize_message, normalize_part
+from wt_otel.ingest.messages import read_messages, split_system
 from wt_otel.model.session import LLMCall, Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -35,20 +35,16 @@ def extract(span: SpanRecord) -> list[Observation]:
 
 def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
     """Fill messages, instructions and tool definitions from semconv-shaped attributes."""
-    inputs = [normalize_message(m) for m in as_list(source.get("gen_ai.input.messages")) or [] if isinstance(m, dict)]
-    call.input_messages = [m for m in inputs if m["role"] != "system"]
-    call.output_messages = []
+    system, call.input_messages = split_system(read_messages(source.get("gen_ai.input.messages")))
+    call.output_messages = read_messages(source.get("gen_ai.output.messages"), "assistant")
     for m in as_list(source.get("gen_ai.output.messages")) or []:
-        if not isinstance(m, dict):
-            continue
-        msg = normalize_message({**m, "role": m.get("role") or "assistant"})
-        if m.get("finish_reason"):
+        if isinstance(m, dict) and m.get("finish_reason"):
             call.finish_reasons.append(str(m["finish_reason"]))
-        call.output_messages.append(msg)
-    instructions = as_list(source.get("gen_ai.system_instructions"))
+    instructions = source.get("gen_ai.system_instructions")
     if instructions is None:  # many producers still send the prompt as a `system` message
-        instructions = [p for m in inputs if m["role"] == "system" for p in m["parts"]]
-    call.system_instructions = [normalize_part(p) for p in instructions]
+        call.system_instructions = system
+    else:
+        call.system_instructions = [p for m in read_messages(instructions, "system") for p in m["parts"]]
     if "gen_ai.tool.definitions" in source:
         call.tool_definitions = [d for d in map(tool_definition, as_list(source["gen_ai.tool.definitions"]) or [])
                                  if d]

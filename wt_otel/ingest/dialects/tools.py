@@ -7,7 +7,7 @@ session builder then correlates by tool name and order.
 from __future__ import annotations
 
 from wt_otel.ingest.dialects.common import operation, span_error
-from wt_otel.model.parts import decode_arguments, decode_result, unwrap_mcp
+from wt_otel.ingest.messages import tool_arguments, tool_result
 from wt_otel.model.session import Observation, ToolExecution
 from wt_otel.model.spans import SpanRecord
 
@@ -30,10 +30,10 @@ def extract(span: SpanRecord) -> list[Observation]:
 
 def tool_execution(span: SpanRecord, name: str, raw_args, raw_result, call_id, dialect: str) -> ToolExecution:
     """Build a ToolExecution, decoding JSON-encoded arguments and results."""
-    args, ok = decode_arguments(raw_args)
+    args, ok = tool_arguments(raw_args)
     error_type, error_message = span_error(span)
     return ToolExecution(
-        tool_name=name, args=args, result=unwrap_mcp(decode_result(raw_result)),
+        tool_name=name, args=args, result=tool_result(raw_result),
         tool_call_id=str(call_id) if call_id else None, span_id=span.span_id, trace_id=span.trace_id,
         start_ns=span.start_ns, end_ns=span.end_ns,
         error=(error_message or error_type) if error_type else None, args_decoded=ok, dialect=dialect,

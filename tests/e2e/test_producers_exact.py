@@ -1,0 +1,81 @@
+"""Every producer fixture with an `expected.json` imports to exactly the sessions it recorded.
+
+The fixtures under tests/fixtures/producers/<producer>/ were emitted by the real
+library driving the travel-weather story (see _common/weather_story.py); their
+`expected.json` is the ground truth. Each dump must import to one session per
+story session, with each user turn once, each final answer, every tool call with
+its arguments as an object and its result, and nothing extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wt_otel.components import load
+from wt_otel.ingest.importer import import_dumps
+
+PRODUCERS = Path(__file__).parents[1] / "fixtures" / "producers"
+
+
+def _dumps() -> list[str]:
+    found = []
+    for expected in sorted(PRODUCERS.glob("*/expected.json")):
+        for dump in sorted(expected.parent.iterdir()):
+            if dump.name.startswith(("dump", "trace")) and dump.is_file():
+                found.append(str(dump.relative_to(PRODUCERS)))
+    return found
+
+
+def _texts(message: dict[str, Any]) -> str:
+    return "".join(p.get("content") or "" for p in message["parts"] if p["type"] == "text")
+
+
+def _observed(env: dict[str, Any]) -> dict[str, Any]:
+    """What a person reading the envelope would take the session to be."""
+    messages = env["messages"]
+    results = {p["id"]: p["response"] for m in messages for p in m["parts"] if p["type"] == "tool_call_response"}
+    witnessed = {w["tool_call_id"]: w for w in env["witnessed_calls"] if w.get("tool_call_id")}
+    calls = []
+    for m in messages:
+        for p in m["parts"]:
+            if p["type"] == "tool_call":
+                w = witnessed.get(p["id"])
+                result = w["result"] if w and w.get("result") is not None else results.get(p["id"])
+                calls.append({"name": p["name"], "arguments": p["arguments"], "result": result})
+    return {
+        "users": [_texts(m) for m in messages if m["role"] == "user"],
+        "answers": [_texts(m) for m in messages if m["role"] == "assistant" and _texts(m)],
+        "tool_calls": calls,
+        "empty": [i for i, m in enumerate(messages) if not m["parts"]],
+    }
+
+
+def _wanted(session: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "users": [t["user"] for t in session["turns"]],
+        "answers": [t["answer"] for t in session["turns"]],
+        "tool_calls": [{k: c[k] for k in ("name", "arguments", "result")} for t in session["turns"]
+                       for c in t["tool_calls"]],
+        "empty": [],
+    }
+
+
+@pytest.mark.parametrize("dump", _dumps())
+def test_producer_imports_to_exactly_the_recorded_sessions(dump: str, tmp_path: Path):
+    path = PRODUCERS / dump
+    expected = json.loads((path.parent / "expected.json").read_text())
+    report = import_dumps([path], load("exporters", "scenario-dir")(tmp_path))
+    assert report.errors == []
+    envelopes = [json.loads((d / "incident.wtin.json").read_text()) for d in report.written]
+    got = sorted((_observed(e) for e in envelopes), key=lambda s: s["users"][:1])
+    want = sorted((_wanted(s) for s in expected["sessions"]), key=lambda s: s["users"][:1])
+    assert len(got) == len(want), [s["users"] for s in got]
+    for g, w in zip(got, want, strict=True):
+        assert g == w
+    for env in envelopes:
+        assert all(isinstance(p["arguments"], dict) for m in env["messages"] for p in m["parts"]
+                   if p["type"] == "tool_call")
