@@ -187,8 +187,11 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     session.llm_calls = inference
     transcript: list[dict[str, Any]] = []
     sigs: list[tuple] = []
+    # Model calls first, in time order; spans that log a whole run (agent spans) last: they repeat
+    # what the model calls said and only add what no model call carried.
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        history = [m for m in call.input_messages + call.output_messages if m.get("role") != "system"]
+        history = [m for m in call.input_messages + call.output_messages
+                   if m.get("role") != "system" and any(_sig(m)[1])]
         _merge(transcript, sigs, history)
     session.messages = transcript
     for call in calls:
@@ -217,7 +220,8 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         transcript.extend(history[n:])
         sigs.extend(hsigs[n:])
         return
-    if _contains(sigs, hsigs):  # an older or partial view (a retry, a sub-agent): nothing new
+    if _contains(sigs, hsigs) or _subsequence(sigs, hsigs):
+        # an older or partial view (a retry, a sub-agent, an agent span's input + final answer): nothing new
         return
     overlap = next((k for k in range(min(n, m), 0, -1) if sigs[n - k:] == hsigs[:k]), 0)
     transcript.extend(history[overlap:])
@@ -225,8 +229,24 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
 
 
 def _sig(message: dict[str, Any]) -> tuple:
+    """The signature, with empty texts dropped and adjacent texts joined (one producer's two text
+    blocks are another's one string)."""
     role, parts = signature(message)
-    return role, tuple(p for p in parts if p != ("text", ""))
+    out: list[tuple] = []
+    for p in parts:
+        if p == ("text", ""):
+            continue
+        if p[0] == "text" and out and out[-1][0] == "text":
+            out[-1] = ("text", out[-1][1] + p[1])
+        else:
+            out.append(p)
+    return role, tuple(out)
+
+
+def _subsequence(seq: list[tuple], sub: list[tuple]) -> bool:
+    """Every message of `sub` appears in `seq`, in order (gaps allowed)."""
+    it = iter(seq)
+    return all(any(x == s for x in it) for s in sub)
 
 
 def _contains(seq: list[tuple], sub: list[tuple]) -> bool:
@@ -276,7 +296,16 @@ def _correlate(session: Session) -> None:
             ex.correlation = "name_order"
             if not ex.tool_call_id or ex.tool_call_id not in by_id:
                 ex.tool_call_id = part["id"]
+    responses = {p.get("id"): p for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
     for ex in session.witnessed_calls:
+        part = by_id.get(ex.tool_call_id or "")
+        if part is not None and ex.correlation != "none":
+            # Arguments: the model call's tool call is what the agent asked for; a framework's tool span
+            # often logs a wrapper or a string. Results: the tool span witnessed them, else the transcript.
+            if isinstance(part.get("arguments"), dict) and not part.get("arguments_undecodable"):
+                ex.args, ex.args_decoded = part["arguments"], True
+            if ex.result is None and part["id"] in responses:
+                ex.result = responses[part["id"]].get("response")
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")
