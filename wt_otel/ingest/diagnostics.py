@@ -11,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from wt_otel.ingest.messages import looks_serialized
+from wt_otel.model.session import LLMCall, Session
 from wt_otel.model.spans import SpanRecord
 
 KINDS = ("no_user_turn", "serialized_turn", "unread_attributes", "content_off", "tool_call_without_result",
@@ -79,3 +81,81 @@ def content_setting(span: SpanRecord) -> str:
                 "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true")
     return ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (SPAN_ONLY / SPAN_AND_EVENT with "
             "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)")
+
+
+def warn(session: Session, d: Diagnostic) -> None:
+    """Record a finding once, as a plain warning and as structured metadata."""
+    if any(x.get("kind") == d.kind and x.get("message") == d.message for x in session.diagnostics):
+        return
+    session.diagnostics.append(d.as_dict())
+    session.warnings.append(d.message)
+
+
+def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], unread: list[SpanRecord]) -> None:
+    """Add a `Diagnostic` for everything in this session that the importer could not vouch for."""
+    by_id = {s.span_id: s for s in spans}
+    if not session.content_captured and not session.messages:
+        span = next((by_id[c.span_id] for c in session.llm_calls if c.span_id in by_id), spans[0])
+        setting = content_setting(span)
+        warn(session, Diagnostic(
+            "content_off", f"message content was not captured on span {span.name!r} ({span.span_id}): content "
+            f"capture is off in the instrumentation; turn it on with {setting}. Until then user turns and the "
+            "final answer must be written by hand", span.span_id, None, setting))
+    if session.messages and not session.user_turns:
+        warn(session, Diagnostic("no_user_turn", "the transcript holds no user turn with text: the scenario has "
+                                 "nothing to ask; check the first model call's input"))
+    for i, m in enumerate(session.messages):
+        for p in m["parts"]:
+            if p.get("type") == "text" and m["role"] in ("assistant", "user") and looks_serialized(p.get("content")):
+                head = str(p.get("content"))[:60]
+                warn(session, Diagnostic(
+                    "serialized_turn", f"{m['role']} message {i} looks like a serialized object, not words for a "
+                    f"person ({head!r}...): the producer wrote str(obj) and the shape is not one wt-otel knows"))
+    answered = {p.get("id") for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
+    answered |= {w.tool_call_id for w in session.witnessed_calls if w.result is not None or w.error}
+    for m in session.messages:
+        for p in m["parts"]:
+            if p.get("type") == "tool_call" and p.get("id") not in answered:
+                warn(session, Diagnostic(
+                    "tool_call_without_result", f"tool call {p.get('name')!r} ({p.get('id')}) has no result in "
+                    "the transcript and no tool span witnessed one: the universe cannot answer it"))
+    strong = not session.messages or not session.user_turns
+    for span in unread:
+        keys = [k for k in conversation_attributes(span) if strong or _strong(k)]
+        if keys:
+            warn(session, Diagnostic(
+                "unread_attributes", f"span {span.name!r} ({span.span_id}) looks like GenAI telemetry, but no "
+                f"dialect read its conversation attributes: {', '.join(keys[:6])}", span.span_id, keys[0]))
+    for call in calls:
+        span = by_id.get(call.span_id)
+        if span is None or call.input_messages or call.output_messages or call.is_transcript:
+            continue
+        for key in ("gen_ai.input.messages", "gen_ai.output.messages", "llm.input_messages", "input.value"):
+            if span.attributes.get(key) not in (None, "", "[]"):
+                warn(session, Diagnostic(
+                    "unknown_shape", f"span {span.name!r} ({span.span_id}): attribute {key} holds messages of a "
+                    "shape wt-otel does not know; nothing was read from it", span.span_id, key))
+                break
+
+
+def _strong(key: str) -> bool:
+    return any(w in key for w in ("messages", "prompt", "completion", "choices", "system_instructions"))
+
+
+def explain_empty(spans: list[SpanRecord], observed: list[LLMCall]) -> str:
+    """Why a dump yielded no GenAI session, in one sentence a user can act on."""
+    genai = [s for s in spans if looks_genai(s)]
+    if not genai:
+        return (f"no GenAI spans at all: {len(spans)} span(s) read, none with gen_ai.*, llm.*, ai.* or "
+                "OpenInference attributes (is a GenAI instrumentation installed, and exporting to this dump?)")
+    contentless = [c for c in observed if not c.content_captured and not c.is_transcript]
+    if contentless:
+        span = next((s for s in genai if s.span_id == contentless[0].span_id), genai[0])
+        return (f"{len(genai)} GenAI span(s) but no message content (capture off, e.g. span {span.name!r}): "
+                f"turn content capture on with {content_setting(span)}")
+    keys = sorted({k for s in genai for k in conversation_attributes(s)})
+    if keys:
+        return (f"{len(genai)} GenAI-looking span(s) of a shape wt-otel does not read (e.g. span "
+                f"{genai[0].name!r}); conversation attributes seen: {', '.join(keys[:8])}")
+    return (f"{len(genai)} GenAI-looking span(s), none carrying a conversation or a tool run (set-up or "
+            "metadata-only traces)")

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from wt_otel.ingest import dialects
+from wt_otel.ingest.diagnostics import diagnose
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
@@ -148,21 +149,26 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         return None
     session = Session(key=key or "")
     calls: list[LLMCall] = []
+    unread: list[SpanRecord] = []
     for span in spans:
         flag = flag_of(span)
         if flag and not session.flagged:
             session.flagged = True
             session.flag_reason = f"{flag[0]}={flag[1]!r}"
             session.flag_ref = flag[1] if isinstance(flag[1], str) and flag[1] not in ("true", "1") else None
-        for obs in dialects.observe(span):
+        found = dialects.observe(span)
+        if not found:
+            unread.append(span)
+        for obs in found:
             if isinstance(obs, ToolExecution):
                 session.witnessed_calls.append(obs)
             else:
                 calls.append(obs)
             if obs.dialect not in session.dialects:
                 session.dialects.append(obs.dialect)
-    if not calls and not session.witnessed_calls:
-        return None
+    if not session.witnessed_calls and not any(
+            c.input_messages or c.output_messages or not c.is_transcript for c in calls):
+        return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
     trace_ids = list(dict.fromkeys(s.trace_id for s in spans))
     session.trace_ids = trace_ids
     session.key = key or trace_ids[0]
@@ -179,6 +185,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     _fix_tool_call_ids(session)
     _correlate(session)
     _check_content(session)
+    diagnose(session, spans, calls, unread)
     return session
 
 
@@ -189,10 +196,11 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     sigs: list[tuple] = []
     # Model calls first, in time order; spans that log a whole run (agent spans) last: they repeat
     # what the model calls said and only add what no model call carried.
+    spoke = any(c.input_messages or c.output_messages for c in inference)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
         history = [m for m in call.input_messages + call.output_messages
                    if m.get("role") != "system" and any(_sig(m)[1])]
-        _merge(transcript, sigs, history)
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
     session.messages = transcript
     for call in calls:
         if not session.system_instructions and call.system_instructions:
@@ -208,8 +216,11 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
         session.content_captured = False
 
 
-def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]]) -> None:
-    """Add a call's view of the history to the transcript without duplicating turns."""
+def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]],
+           extend_only: bool = False) -> None:
+    """Add a call's view of the history to the transcript without duplicating turns. With
+    `extend_only` (an agent span's summary where model calls spoke) only a consistent continuation
+    is taken: a partial view is the same evidence, never concatenated."""
     if len(transcript) >= MAX_TRANSCRIPT_MESSAGES:
         return
     hsigs = [_sig(m) for m in history]
@@ -222,6 +233,8 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         return
     if _contains(sigs, hsigs) or _subsequence(sigs, hsigs):
         # an older or partial view (a retry, a sub-agent, an agent span's input + final answer): nothing new
+        return
+    if extend_only:
         return
     overlap = next((k for k in range(min(n, m), 0, -1) if sigs[n - k:] == hsigs[:k]), 0)
     transcript.extend(history[overlap:])
@@ -322,10 +335,7 @@ def _check_content(session: Session) -> None:
         session.warnings.append(
             f"{placeholders} message part(s) hold a redaction placeholder (e.g. '[redacted]'), not real content")
     if not session.messages and session.llm_calls:
-        session.content_captured = False
-        session.warnings.append(
-            "message content was not captured (content capture off in the instrumentation?); "
-            "user turns and the final answer must be written by hand")
+        session.content_captured = False  # diagnose() says so, naming the setting
     for m_index, msg in enumerate(session.messages):
         for part in msg["parts"]:
             if part.get("arguments_undecodable"):

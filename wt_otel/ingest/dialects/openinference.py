@@ -38,6 +38,13 @@ def extract(span: SpanRecord) -> list[Observation]:
             found.append(offered)
         return found
     if kind != "LLM":
+        if kind and any(k.startswith(("llm.input_messages.", "llm.output_messages.")) for k in a):
+            # CHAIN / AGENT spans (LangGraph nodes) echo part of the history: transcript evidence
+            view = base_call(span, NAME)
+            view.is_transcript = True
+            view.input_messages = split_system(read_messages([_chat(m) for m in unflatten(a, "llm.input_messages")]))[1]
+            view.output_messages = read_messages([_chat(m) for m in unflatten(a, "llm.output_messages")], "assistant")
+            return [view]
         return []
     call = base_call(span, NAME)
     inputs = read_messages([_chat(m) for m in unflatten(a, "llm.input_messages")]) or _raw(a.get("input.value"))
