@@ -20,10 +20,8 @@ KINDS = ("no_user_turn", "serialized_turn", "unread_attributes", "content_off", 
 
 # Where conversation content usually sits, in any convention: a span carrying one of these that no
 # dialect read is reported by name.
-_CONVERSATION_KEY = re.compile(
-    r"(^|\.)(input\.messages|output\.messages|input_messages|output_messages|messages|prompt|prompts|"
-    r"completion|completions|choices|system_instructions|input\.value|output\.value|response\.text|"
-    r"response\.toolCalls|prompt\.messages|content)(\.|$)")
+_CONVERSATION_KEY = re.compile(r"messages|prompt|completion|choices|instructions|input|output|content|response\.text")
+_METADATA_KEY = re.compile(r"token|usage|mime_type|count|model|finish|\.type$|\.id$|\.name$|length|size")
 _GENAI_PREFIXES = ("gen_ai.", "llm.", "ai.", "openinference.", "traceloop.", "lc.", "langchain.", "crewai.",
                    "litellm.", "strands.", "mlflow.", "logfire.", "pydantic_ai.", "input.value", "output.value")
 
@@ -51,7 +49,7 @@ def conversation_attributes(span: SpanRecord) -> list[str]:
         return []
     out = []
     for k, v in span.attributes.items():
-        if v in (None, "", [], {}) or not _CONVERSATION_KEY.search(k):
+        if v in (None, "", [], {}) or not _CONVERSATION_KEY.search(k) or _METADATA_KEY.search(k):
             continue
         if k.startswith(("gen_ai.", "llm.", "ai.", "input.", "output.")) or "message" in k or "prompt" in k:
             out.append(k)
@@ -142,20 +140,27 @@ def _strong(key: str) -> bool:
     return any(w in key for w in ("messages", "prompt", "completion", "choices", "system_instructions"))
 
 
-def explain_empty(spans: list[SpanRecord], observed: list[LLMCall]) -> str:
-    """Why a dump yielded no GenAI session, in one sentence a user can act on."""
+def explain_group(records: list[Any]) -> tuple[int, str]:
+    """(how telling, why) a group of records yielded no GenAI session, in words a user can act on.
+
+    Ranked: content capture off (3) > conversation attributes of an unknown shape (2) >
+    set-up or metadata-only GenAI spans (1) > no GenAI spans at all (0)."""
+    from wt_otel.ingest import dialects
+    from wt_otel.ingest.sessions import attach_logs
+
+    spans = attach_logs(records)
     genai = [s for s in spans if looks_genai(s)]
     if not genai:
-        return (f"no GenAI spans at all: {len(spans)} span(s) read, none with gen_ai.*, llm.*, ai.* or "
-                "OpenInference attributes (is a GenAI instrumentation installed, and exporting to this dump?)")
-    contentless = [c for c in observed if not c.content_captured and not c.is_transcript]
-    if contentless:
-        span = next((s for s in genai if s.span_id == contentless[0].span_id), genai[0])
-        return (f"{len(genai)} GenAI span(s) but no message content (capture off, e.g. span {span.name!r}): "
-                f"turn content capture on with {content_setting(span)}")
+        return 0, (f"no GenAI spans at all ({len(spans)} span(s) without gen_ai.*, llm.*, ai.* or OpenInference "
+                   "attributes): is a GenAI instrumentation installed and exporting here?")
+    for span in genai:
+        for obs in dialects.observe(span):
+            if isinstance(obs, LLMCall) and not obs.content_captured and not obs.is_transcript:
+                return 3, (f"GenAI spans without message content (e.g. span {span.name!r}): content capture is "
+                           f"off; turn it on with {content_setting(span)}")
     keys = sorted({k for s in genai for k in conversation_attributes(s)})
     if keys:
-        return (f"{len(genai)} GenAI-looking span(s) of a shape wt-otel does not read (e.g. span "
-                f"{genai[0].name!r}); conversation attributes seen: {', '.join(keys[:8])}")
-    return (f"{len(genai)} GenAI-looking span(s), none carrying a conversation or a tool run (set-up or "
-            "metadata-only traces)")
+        return 2, (f"GenAI spans of a shape wt-otel does not read (e.g. span {genai[0].name!r}); "
+                   f"conversation attributes seen: {', '.join(keys[:8])}")
+    return 1, (f"GenAI spans without a conversation or a tool run (e.g. span {genai[0].name!r}: set-up or "
+               "metadata-only traces)")
