@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from wt_otel._util.fsutil import DirectoryExists, unique_slug
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
-from wt_otel.ingest.sessions import SessionGrouper, build_session
+from wt_otel.ingest.sessions import SessionGrouper, build_session, merge_continuations
 from wt_otel.model.session import Session, ToolExecution
 
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
@@ -128,15 +128,20 @@ def import_dumps(
 
         def sessions() -> Iterator[Session]:
             yield from ready
+            unnamed: list[Session] = []  # no conversation id: may continue one another (held to the end)
             for group in grouper.groups():
                 session = build_session(group)
                 if session is not None and (session.messages or session.witnessed_calls):
-                    yield session
+                    if session.conversation_id:
+                        yield session
+                    else:
+                        unnamed.append(session)
                     continue
                 if session is not None:
                     report.empty += 1
                 if len(reasons) < 50:
                     reasons.append(explain_group(group))
+            yield from merge_continuations(unnamed)
 
         found: Iterator[Session] | list[Session] = sessions()
         if strict:  # every warning is fatal: judge all sessions before writing any

@@ -302,8 +302,9 @@ def _text_parts(text: Any) -> list[dict[str, Any]]:
     if s[:1] in "{[" or _REPR_HEAD.match(s):
         data = _decode(s)
         items = data if isinstance(data, list) else [data]
-        if items and all(isinstance(i, dict) and _is_item(i) for i in items):
-            parts = [p for i in items for p in _item_parts(i)]
+        if items and all(isinstance(i, dict) and (_is_item(i) or _is_message(i)) for i in items):
+            parts = [p for i in items for p in (_item_parts(i) if _is_item(i) else
+                                                [q for m in _messages_from(i, "assistant") for q in m["parts"]])]
             if parts:
                 return parts
     return [{"type": "text", "content": text}]
@@ -313,6 +314,11 @@ def _is_item(d: dict[str, Any]) -> bool:
     t = d.get("type")
     return (t in _RESPONSES_ITEMS or t in _TEXT_TYPES or t in _CALL_TYPES) and (
         "content" in d or "text" in d or "arguments" in d or "input" in d or "summary" in d)
+
+
+def _is_message(d: dict[str, Any]) -> bool:
+    """A chat message dump (`ChatCompletionMessage.model_dump()`, its repr): role plus content or calls."""
+    return d.get("role") in ROLE_ALIASES and ("content" in d or "tool_calls" in d)
 
 
 def _item_parts(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -444,6 +450,9 @@ def _finish(role: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not parts:
         return []
     results = [p for p in parts if p["type"] == "tool_call_response"]
+    if results:  # a text beside a result that only repeats it (openai-agents-v2 contrib) is the same result
+        answers = [_canon(r.get("response")) for r in results]
+        parts = [p for p in parts if not (p["type"] == "text" and _canon(tool_result(p["content"])) in answers)]
     if role in ("user", "tool", "assistant") and results:
         rest = [p for p in parts if p["type"] != "tool_call_response"]
         if role == "assistant" and rest:  # server-side results inside an assistant turn: keep as sent
@@ -453,6 +462,13 @@ def _finish(role: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"role": "user" if role == "tool" else role, "parts": rest})
         return out
     return [{"role": role, "parts": parts}]
+
+
+def _canon(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(value).encode()
 
 
 _cache: OrderedDict[bytes, list[dict[str, Any]]] = OrderedDict()

@@ -198,9 +198,9 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     # what the model calls said and only add what no model call carried.
     spoke = any(c.input_messages or c.output_messages for c in inference)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        history = [m for m in call.input_messages + call.output_messages
-                   if m.get("role") != "system" and any(_sig(m)[1])]
-        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
+        inputs = [m for m in call.input_messages if m.get("role") != "system" and any(_sig(m)[1])]
+        history = inputs + [m for m in call.output_messages if m.get("role") != "system" and any(_sig(m)[1])]
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke, n_inputs=len(inputs))
     session.messages = transcript
     for call in calls:
         if not session.system_instructions and call.system_instructions:
@@ -217,7 +217,7 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
 
 
 def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]],
-           extend_only: bool = False) -> None:
+           extend_only: bool = False, n_inputs: int = 0) -> None:
     """Add a call's view of the history to the transcript without duplicating turns. With
     `extend_only` (an agent span's summary where model calls spoke) only a consistent continuation
     is taken: a partial view is the same evidence, never concatenated."""
@@ -236,9 +236,82 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         return
     if extend_only:
         return
+    if 0 < n_inputs < m and _subsequence(sigs, hsigs[:n_inputs]):
+        # a lossy view of the history (an instrumentation that drops tool items from the input):
+        # what the model saw is already here; only its answer is new
+        transcript.extend(history[n_inputs:])
+        sigs.extend(hsigs[n_inputs:])
+        return
     overlap = next((k for k in range(min(n, m), 0, -1) if sigs[n - k:] == hsigs[:k]), 0)
     transcript.extend(history[overlap:])
     sigs.extend(hsigs[overlap:])
+
+
+def merge_continuations(sessions: list[Session]) -> list[Session]:
+    """Join sessions that continue one another without a conversation id.
+
+    Runners that make each user turn its own trace (and carry no session id) resend the history:
+    a session whose user and assistant texts begin with all of an earlier session's is that
+    session, continued. The earlier one's messages are kept (later views may drop tool items)."""
+    out: list[Session] = []
+    for s in sorted(sessions, key=lambda x: x.started_ns):
+        proj = _projection(s.messages)
+        parent = next((p for p in reversed(out) if not p.conversation_id and not s.conversation_id
+                       and 0 < len(pp := _projection(p.messages)) < len(proj) and proj[:len(pp)] == pp), None)
+        if parent is None:
+            out.append(s)
+            continue
+        out.remove(parent)
+        out.append(_absorb(parent, s))
+    return out
+
+
+def _projection(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["role"], t) for m in messages if m.get("role") in ("user", "assistant")
+            and (t := "".join(p.get("content") or "" for p in m["parts"] if p.get("type") == "text").strip())]
+
+
+def _absorb(parent: Session, child: Session) -> Session:
+    """`parent` followed by what `child` added after the history they share."""
+    want, cut = len(_projection(parent.messages)), 0
+    for i, m in enumerate(child.messages):
+        if want == 0:
+            break
+        if _projection([m]):
+            want -= 1
+        cut = i + 1
+    shift = len(parent.messages) - cut
+    merged = parent
+    merged.messages = parent.messages + child.messages[cut:]
+    merged.omitted_parts += [{**o, "message_index": o["message_index"] + shift}
+                             for o in child.omitted_parts if o["message_index"] >= cut]
+    seen = {w.span_id for w in parent.witnessed_calls}
+    merged.witnessed_calls += [w for w in child.witnessed_calls if w.span_id not in seen]
+    merged.llm_calls += child.llm_calls
+    merged.trace_ids += [t for t in child.trace_ids if t not in merged.trace_ids]
+    merged.ended_ns = max(parent.ended_ns, child.ended_ns)
+    merged.dialects += [d for d in child.dialects if d not in merged.dialects]
+    names = {d["name"] for d in merged.tool_definitions}
+    merged.tool_definitions += [d for d in child.tool_definitions if d["name"] not in names]
+    if child.flagged and not merged.flagged:
+        merged.flagged, merged.flag_ref, merged.flag_reason = True, child.flag_ref, child.flag_reason
+    answered = {p.get("id") for m in merged.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
+    answered |= {w.tool_call_id for w in merged.witnessed_calls if w.result is not None}
+    diagnostics = [d for d in parent.diagnostics + child.diagnostics if d["kind"] != "tool_call_without_result"]
+    merged.diagnostics, merged.warnings = [], []
+    for d in diagnostics:
+        if d not in merged.diagnostics:
+            merged.diagnostics.append(d)
+            merged.warnings.append(d["message"])
+    for m in merged.messages:
+        for p in m["parts"]:
+            if p.get("type") == "tool_call" and p.get("id") not in answered:
+                msg = (f"tool call {p.get('name')!r} ({p.get('id')}) has no result in the transcript and no tool "
+                       "span witnessed one: the universe cannot answer it")
+                merged.diagnostics.append({"kind": "tool_call_without_result", "message": msg})
+                merged.warnings.append(msg)
+    merged.content_captured = parent.content_captured and child.content_captured
+    return merged
 
 
 def _sig(message: dict[str, Any]) -> tuple:
