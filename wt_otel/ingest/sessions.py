@@ -198,9 +198,9 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     # what the model calls said and only add what no model call carried.
     spoke = any(c.input_messages or c.output_messages for c in inference)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        inputs = [m for m in call.input_messages if m.get("role") != "system" and any(_sig(m)[1])]
-        history = inputs + [m for m in call.output_messages if m.get("role") != "system" and any(_sig(m)[1])]
-        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke, n_inputs=len(inputs))
+        history = [m for m in call.input_messages + call.output_messages
+                   if m.get("role") != "system" and any(_sig(m)[1])]
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
     session.messages = transcript
     for call in calls:
         if not session.system_instructions and call.system_instructions:
@@ -217,7 +217,7 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
 
 
 def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]],
-           extend_only: bool = False, n_inputs: int = 0) -> None:
+           extend_only: bool = False) -> None:
     """Add a call's view of the history to the transcript without duplicating turns. With
     `extend_only` (an agent span's summary where model calls spoke) only a consistent continuation
     is taken: a partial view is the same evidence, never concatenated."""
@@ -236,15 +236,24 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         return
     if extend_only:
         return
-    if 0 < n_inputs < m and _subsequence(sigs, hsigs[:n_inputs]):
-        # a lossy view of the history (an instrumentation that drops tool items from the input):
-        # what the model saw is already here; only its answer is new
-        transcript.extend(history[n_inputs:])
-        sigs.extend(hsigs[n_inputs:])
-        return
-    overlap = next((k for k in range(min(n, m), 0, -1) if sigs[n - k:] == hsigs[:k]), 0)
-    transcript.extend(history[overlap:])
-    sigs.extend(hsigs[overlap:])
+    # A lossy or windowed view (an app that resends only the texts, an instrumentation that drops
+    # tool items from the input): the longest head of this history already in the transcript, in
+    # order, is the same evidence; only what follows it is new.
+    k = _subsequence_head(sigs, hsigs)
+    transcript.extend(history[k:])
+    sigs.extend(hsigs[k:])
+
+
+def _subsequence_head(seq: list[tuple], sub: list[tuple]) -> int:
+    """How many leading items of `sub` appear in `seq` in order (gaps allowed)."""
+    k, i = 0, 0
+    for item in sub:
+        while i < len(seq) and seq[i] != item:
+            i += 1
+        if i == len(seq):
+            break
+        k, i = k + 1, i + 1
+    return k
 
 
 def merge_continuations(sessions: list[Session]) -> list[Session]:

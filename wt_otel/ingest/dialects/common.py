@@ -39,6 +39,9 @@ CONVERSATION_KEYS = (
     "generic.group_id",
     "thread.id",
     "langfuse.session.id",
+    "ai.settings.context.sessionId",  # Vercel AI SDK runtime context
+    "ai.telemetry.metadata.sessionId",
+    "ai.telemetry.metadata.session_id",
 )
 
 

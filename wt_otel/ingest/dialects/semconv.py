@@ -27,8 +27,10 @@ def extract(span: SpanRecord) -> list[Observation]:
         return []
     call = base_call(span, NAME)
     fill_call(call, source)
-    if operation(span) not in INFERENCE_OPERATIONS and not call.output_messages:
-        # an agent span that logs the conversation it ran (e.g. invoke_agent with messages)
+    op = operation(span)
+    if op not in INFERENCE_OPERATIONS and (op is not None or not call.output_messages):
+        # an agent span that logs the conversation it ran (invoke_agent, create_agent...): it repeats
+        # its model calls' evidence (the AI SDK even puts every part of the run in one output message)
         call.is_transcript = True
     return [call]
 
