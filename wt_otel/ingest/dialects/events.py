@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wt_otel.ingest.dialects.common import base_call
+from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, base_call, operation
 from wt_otel.ingest.messages import read_messages, split_system
 from wt_otel.model.parts import decode_json, is_placeholder, text_of
 from wt_otel.model.session import LLMCall, Observation
@@ -33,8 +33,16 @@ def event_name(ev: Event) -> str:
 
 
 def extract(span: SpanRecord) -> list[Observation]:
+    op = operation(span)
+    if op == "execute_tool":  # Strands puts a tool's arguments and result in message events: `tools` reads them
+        return []
     events = [ev for ev in span.events if event_name(ev) in ROLES or event_name(ev) == CHOICE]
-    return [call_from_events(span, events, NAME)] if events else []
+    if not events:
+        return []
+    call = call_from_events(span, events, NAME)
+    # agent and loop spans (invoke_agent, Strands' execute_event_loop_cycle) repeat their model calls
+    call.is_transcript = op is not None and op not in INFERENCE_OPERATIONS
+    return [call]
 
 
 def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLMCall:
