@@ -22,6 +22,8 @@ DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 def extract(span: SpanRecord) -> list[Observation]:
     attrs = span.attributes
+    if operation(span) == "execute_tool":  # a tool's own record (Strands logs it as messages): `tools` reads it
+        return []
     source = attrs if any(k in attrs for k in KEYS) else _details_event(span)
     if source is None:
         return []
@@ -53,7 +55,16 @@ def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
 
 
 def _details_event(span: SpanRecord) -> dict[str, Any] | None:
+    """The details event's attributes; Strands splits them over several events (one key each, and
+    several `gen_ai.input.messages` on a loop span): their message lists are joined in order."""
+    merged: dict[str, Any] | None = None
     for ev in span.events:
         if ev.name == DETAILS_EVENT or ev.attributes.get("event.name") == DETAILS_EVENT:
-            return ev.attributes
-    return None
+            if merged is None:
+                merged = {}
+            for k, v in ev.attributes.items():
+                if k in merged and k in KEYS:
+                    merged[k] = (as_list(merged[k]) or []) + (as_list(v) or [])
+                else:
+                    merged[k] = v
+    return merged
