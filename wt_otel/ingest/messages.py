@@ -171,6 +171,9 @@ def _result_wrapper(d: dict[str, Any]) -> Any:
     lc = _langchain(d)
     if lc is not None:
         return lc[1].get("content")
+    if "output" in d and set(d) <= {"output", "kwargs", "tags", "metadata", "run_id", "parent_run_id"} and (
+            len(d) > 1 or (isinstance(d["output"], dict) and _langchain(d["output"]) is not None)):
+        return d["output"]  # traceloop's LangChain callback: {"output": <ToolMessage>, "kwargs": {...}}
     if set(d) == {"toolResult"} and isinstance(d["toolResult"], dict):
         return d["toolResult"].get("content")
     t = d.get("type")

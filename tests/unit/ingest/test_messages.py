@@ -141,6 +141,8 @@ def test_unrecoverable_repr_stays_text_and_is_recognised():
     json.dumps({"type": "tool", "data": {"content": "{'ok': 1}"}}),
     {"content": [{"type": "text", "text": '{"ok": 1}'}], "isError": False},
     "{'ok': 1}",
+    {"output": {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "messages", "ToolMessage"],
+                "kwargs": {"content": '{"ok": 1}', "tool_call_id": "c1"}}, "kwargs": {"name": "lookup"}},
 ])
 def test_tool_results_are_unwrapped(wrapped):
     assert tool_result(wrapped) == {"ok": 1}
