@@ -45,6 +45,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
@@ -100,6 +101,7 @@ class SessionAssembler:
         self.max_retained_records = max_retained_records
         self.max_retained_sessions = 4 * max_open_sessions  # tombstones are small: ids only
         self._emitted: set[str] | None = None if is_written else set()  # without a store, remember keys here
+        self._warned: OrderedDict[str, set[str]] = OrderedDict()  # warnings already logged, per session key
         self._is_written = is_written or self._emitted.__contains__
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
@@ -280,6 +282,7 @@ class SessionAssembler:
                     session.warnings.append(
                         "merged with session(s) written on their own before the shared conversation id was seen: "
                         + ", ".join(group.absorbed))
+                self._report(session)
                 self.sink(session, spans)
                 if self._emitted is not None:
                     self._emitted.add(group.key)
@@ -287,6 +290,12 @@ class SessionAssembler:
             log.exception("session %s: not written", group.key)
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
+
+    def _report(self, session: Session) -> None:
+        """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
+        for d in fresh_diagnostics(session, self._warned):
+            log.warning("session %s: %s", session.key, d["message"])
+            self.metrics.inc("wt_otel_session_warnings_total", kind=d["kind"])
 
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:

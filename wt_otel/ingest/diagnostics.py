@@ -8,6 +8,7 @@ attribute, and, for content capture off, the producer setting that turns it on.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,6 +88,21 @@ def warn(session: Session, d: Diagnostic) -> None:
         return
     session.diagnostics.append(d.as_dict())
     session.warnings.append(d.message)
+
+
+MAX_REMEMBERED_SESSIONS = 10_000
+
+
+def fresh_diagnostics(session: Session, seen: OrderedDict[str, set[str]]) -> list[dict[str, Any]]:
+    """The diagnostics of `session` not reported before for the same session key (serve writes
+    revisions of a session as late spans arrive: each finding is logged once). `seen` is bounded."""
+    known = seen.setdefault(session.key, set())
+    seen.move_to_end(session.key)
+    while len(seen) > MAX_REMEMBERED_SESSIONS:
+        seen.popitem(last=False)
+    fresh = [d for d in session.diagnostics if d["message"] not in known]
+    known.update(d["message"] for d in fresh)
+    return fresh
 
 
 def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], unread: list[SpanRecord]) -> None:
