@@ -23,9 +23,10 @@ Tool results that arrive wrapped (block lists, a serialized ToolMessage, the
 AI SDK's `{"type": "json", "value"}`, MCP `content`) are unwrapped to the
 result they carry (`tool_result`); tool arguments likewise (`tool_arguments`).
 
-Every span of a chat session repeats the history: `read_messages` memoizes
-per raw message so each distinct message is normalized once per process
-(results are copied out, callers may mutate them).
+Every span of a chat session repeats the history: `read_messages` memoizes the
+last views of a history text, so a span whose history extends one seen before
+decodes and normalizes only the messages it adds (results are copied out,
+callers may mutate them).
 """
 
 from __future__ import annotations
@@ -124,9 +125,12 @@ def _decode(value: Any) -> Any:
         return value
     s = value.strip()
     if s[:1] in "{[\"" or s in ("null", "true", "false") or s[:1].isdigit() or s[:1] == "-":
-        decoded, ok = decode_json(s)
-        if ok:
-            return decoded
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError:
+            decoded, ok = decode_json(s)  # what orjson refuses (NaN, big ints) the stdlib may read
+            if ok:
+                return decoded
     if s[:1] in "{[(" or _REPR_HEAD.match(s):
         decoded, ok = parse_literal(s)
         if ok:
@@ -375,6 +379,9 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
         return [{"role": default_role, "parts": parts}] if parts else []
     if not isinstance(d, dict):
         return []
+    fast = _fast_parts(d)
+    if fast is not None:
+        return _finish(d["role"], fast)
     lc = _langchain(d)
     if lc is not None:
         role, fields = lc
@@ -443,6 +450,42 @@ def _content(value: Any) -> Any:
     return value
 
 
+_CANONICAL_ROLES = frozenset({"user", "assistant", "system", "tool"})
+
+
+def _fast_parts(d: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Parts of a message already in the canonical parts model (the common case: semconv producers),
+    without the general decoding; None when anything needs it."""
+    parts = d.get("parts")
+    if d.get("role") not in _CANONICAL_ROLES or type(parts) is not list:
+        return None
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if type(p) is not dict:
+            return None
+        t = p.get("type")
+        if t == "text":
+            c = p.get("content")
+            if type(c) is not str or c[:1] in ("{", "[") or (c[:1].isupper() and "(" in c[:60]):
+                return None
+            out.append({"type": "text", "content": c})
+        elif t == "tool_call":
+            args = p.get("arguments")
+            if type(args) is not dict:
+                return None
+            out.append({"type": "tool_call", "id": str(p.get("id") or ""), "name": str(p.get("name") or ""),
+                        "arguments": args})
+        elif t == "tool_call_response":
+            r = p.get("response")
+            if "response" not in p or isinstance(r, str | list) or (isinstance(r, dict) and (
+                    _result_wrapper(r) is not _NONE or unwrap_mcp(r) is not r)):
+                return None
+            out.append({"type": "tool_call_response", "id": str(p.get("id") or ""), "response": r})
+        else:
+            return None
+    return out
+
+
 def _typed_blocks(content: Any) -> bool:
     return isinstance(content, list) and any(
         isinstance(b, dict) and (b.get("type") in _RESULT_TYPES or "toolResult" in b) for b in content)
@@ -453,7 +496,7 @@ def _finish(role: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not parts:
         return []
     results = [p for p in parts if p["type"] == "tool_call_response"]
-    if results:  # a text beside a result that only repeats it (openai-agents-v2 contrib) is the same result
+    if results and len(results) < len(parts):  # a text beside a result that only repeats it (openai-agents-v2)
         answers = [_canon(r.get("response")) for r in results]
         parts = [p for p in parts if not (p["type"] == "text" and _canon(tool_result(p["content"])) in answers)]
     if role in ("user", "tool", "assistant") and results:
@@ -474,24 +517,43 @@ def _canon(value: Any) -> bytes:
         return repr(value).encode()
 
 
-_cache: OrderedDict[bytes, list[dict[str, Any]]] = OrderedDict()
+_recent: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
+_RECENT_SIZE = 64
+_MIN_MEMO = 256  # shorter texts are cheaper to decode than to look up
 
 
-def _cached(raw: Any, default_role: str) -> list[dict[str, Any]]:
-    """`_messages_from` memoized on the raw message's bytes (history repeats on every span)."""
+def _copy(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**m, "parts": [dict(p) for p in m["parts"]]} for m in messages]
+
+
+def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | None:
+    """A JSON message list, decoding only what an earlier view did not already hold.
+
+    Every chat span repeats the history, so its JSON text usually *starts with* a text seen on the
+    span before: `[m1, m2]` then `[m1, m2, m3]`. The memo keeps the last views' normalized messages;
+    a text that extends one (same head, then `,`) decodes only its tail. None: not a JSON list."""
+    hit = _recent.get((default_role, text))
+    if hit is not None:
+        _recent.move_to_end((default_role, text))
+        return _copy(hit)
+    head: list[dict[str, Any]] = []
+    tail = text
+    for (role, seen), messages in reversed(_recent.items()):
+        n = len(seen)
+        if role == default_role and n < len(text) and text[n - 1] == "," and text.startswith(seen[:-1]):
+            head, tail = messages, "[" + text[n:]
+            break
     try:
-        key = default_role.encode() + b"\0" + (raw.encode() if isinstance(raw, str) else orjson.dumps(raw))
-    except (TypeError, orjson.JSONEncodeError):
-        return _messages_from(raw, default_role)
-    hit = _cache.get(key)
-    if hit is None:
-        hit = _messages_from(raw, default_role)
-        _cache[key] = hit
-        if len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-    else:
-        _cache.move_to_end(key)
-    return [{**m, "parts": [dict(p) for p in m["parts"]]} for m in hit]
+        data = orjson.loads(tail)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, list):
+        return None
+    out = head + [m for item in _flatten(data) for m in _messages_from(item, default_role)]
+    _recent[(default_role, text)] = out
+    if len(_recent) > _RECENT_SIZE:
+        _recent.popitem(last=False)
+    return _copy(out)
 
 
 def read_messages(value: Any, default_role: str = "user") -> list[dict[str, Any]]:
@@ -502,6 +564,10 @@ def read_messages(value: Any, default_role: str = "user") -> list[dict[str, Any]
     LangChain's `{"messages": [[...]]}`, `{"generations": [[...]]}`). Plain text is one message in
     `default_role`. System messages are kept (`role: system`); callers move them aside.
     """
+    if isinstance(value, str) and len(value) >= _MIN_MEMO and value[:1] == "[" and value[-1:] == "]":
+        found = _read_history_text(value, default_role)
+        if found is not None:
+            return found
     data = _decode(value)
     if isinstance(data, dict):
         data = _unwrap_container(data)
@@ -510,10 +576,7 @@ def read_messages(value: Any, default_role: str = "user") -> list[dict[str, Any]
         return [{"role": default_role, "parts": parts}] if parts else []
     if not isinstance(data, list):
         return []
-    out: list[dict[str, Any]] = []
-    for item in _flatten(data):
-        out.extend(_cached(item, default_role))
-    return out
+    return [m for item in _flatten(data) for m in _messages_from(item, default_role)]
 
 
 def _flatten(items: list[Any]) -> list[Any]:

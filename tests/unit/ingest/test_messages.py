@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from wt_otel.ingest.messages import looks_serialized, parse_literal, read_messages, tool_arguments, tool_result
+from wt_otel.ingest.messages import _recent, looks_serialized, parse_literal, read_messages, tool_arguments, tool_result
 
 CALL = {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"q": "x"}}
 RESULT = {"type": "tool_call_response", "id": "c1", "response": {"ok": 1}}
@@ -166,6 +166,20 @@ def test_tool_arguments_are_unwrapped(raw):
 def test_undecodable_arguments_stay_a_string():
     assert tool_arguments("not json") == ("not json", False)
     assert tool_arguments(None) == ({}, True)
+
+
+def test_a_growing_history_decodes_like_a_fresh_one():
+    """The memo reuses an earlier view's head: the result must equal reading the text cold."""
+    long = [{"role": "user", "content": "x" * 300}] + ENCODINGS["openai-chat"]
+    shorter, longer = json.dumps(long[:3]), json.dumps(long)
+    _recent.clear()
+    cold = read_messages(longer)
+    _recent.clear()
+    read_messages(shorter)
+    assert read_messages(longer) == cold
+    assert read_messages(json.dumps(long[:3])[:-1] + ', {"role": "user"}]')[-1] == cold[2]
+    bad = longer[:-1] + ", garbage]"  # extends a seen head, but is not JSON: plain text, as when cold
+    assert read_messages(bad) == [{"role": "user", "parts": [{"type": "text", "content": bad}]}]
 
 
 def test_memoized_results_are_copies():
