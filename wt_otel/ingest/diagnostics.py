@@ -145,6 +145,8 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
         if span is None or call.input_messages or call.output_messages or call.is_transcript:
             continue
         for key in ("gen_ai.input.messages", "gen_ai.output.messages", "llm.input_messages", "input.value"):
+            if key == "input.value" and not strong:
+                continue  # a raw payload (e.g. LlamaIndex's prompt-preparation span) beside spans that were read
             if span.attributes.get(key) not in (None, "", "[]"):
                 warn(session, Diagnostic(
                     "unknown_shape", f"span {span.name!r} ({span.span_id}): attribute {key} holds messages of a "

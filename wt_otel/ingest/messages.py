@@ -178,6 +178,8 @@ def _result_wrapper(d: dict[str, Any]) -> Any:
     if "output" in d and set(d) <= {"output", "kwargs", "tags", "metadata", "run_id", "parent_run_id"} and (
             len(d) > 1 or (isinstance(d["output"], dict) and _langchain(d["output"]) is not None)):
         return d["output"]  # traceloop's LangChain callback: {"output": <ToolMessage>, "kwargs": {...}}
+    if "raw_output" in d and ({"tool_name", "blocks", "content", "raw_input"} & d.keys()):
+        return d["raw_output"]  # LlamaIndex ToolOutput: the tool's own return value
     if set(d) == {"toolResult"} and isinstance(d["toolResult"], dict):
         return d["toolResult"].get("content")
     t = d.get("type")
@@ -219,6 +221,9 @@ def tool_arguments(value: Any) -> tuple[Any, bool]:
         if set(decoded) == {"_raw_arguments"}:
             value = decoded["_raw_arguments"]
             continue
+        if set(decoded) in ({"kwargs"}, {"args", "kwargs"}) and isinstance(decoded["kwargs"], dict) and not (
+                decoded.get("args")):  # keyword-call wrappers (LlamaIndex, traceloop decorators)
+            return decoded["kwargs"], True
         if "input_str" in decoded and set(decoded) <= {"input_str", "inputs", "tags", "metadata", "kwargs",
                                                      "run_id", "parent_run_id", "name", "tool_call_id"}:
             inputs = decoded.get("inputs")

@@ -82,4 +82,8 @@ def _raw(value: Any, role: str = "user") -> list[dict[str, Any]]:
     data, ok = decode_json(value)
     if not ok or not isinstance(data, dict | list):
         return []
-    return read_messages(data, role)
+    if isinstance(data, dict):
+        data = next((data[k] for k in ("messages", "input", "choices", "output") if isinstance(data.get(k), list)),
+                    [data])
+    # only structured messages count: a list of reprs (LlamaIndex's ChatMessage) or strings is not a transcript
+    return read_messages([m for m in data if isinstance(m, dict | list)], role)
