@@ -38,12 +38,12 @@ from typing import Any
 from wt_otel._util.fsutil import unique_slug
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
-from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
+from wt_otel.replay.runner import RunOptions, SweepRun, error_sweep, run_sweep
 from wt_otel.replay.runtimes import Runtime, resolve_runtime
-from wt_otel.replay.sweeps import append_ledger
+from wt_otel.reporting.outputs import append_ledger
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
+from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -66,7 +66,7 @@ class _InFlight:
     """The job the worker is on, and its sweep once the runner returned (then only export is left)."""
 
     job: Job
-    sweep: SweepResult | None = None
+    sweep: SweepRun | None = None
     ledger: Path | None = None
 
 
@@ -130,13 +130,13 @@ class AutoReplay:
                          + (f"; turn it on with {setting}" if setting else ""))
             return
         admission = self.queue.admit(ref)
-        if admission is Admission.DUPLICATE:
+        if admission is QueueAdmission.DUPLICATE:
             job = self.queue.known(ref)
             self.metrics.inc("wt_otel_replay_duplicates_total")
             log.info("incident %s: revision %s not queued again (job %s, %s)", ref, written.revision,
                      job.id if job else "?", job.state if job else "?")
             return
-        if admission is Admission.FULL:
+        if admission is QueueAdmission.FULL:
             self._refuse(ref, f"the replay queue is full ({self.queue.max_pending} pending, replay.queue_max)")
             return
         t0 = time.perf_counter()
@@ -202,7 +202,7 @@ class AutoReplay:
         with self._lock:
             self._current = None
 
-    def _conclude(self, job: Job, sweep: SweepResult, *, replay_ms: float | None = None, note: str = "") -> None:
+    def _conclude(self, job: Job, sweep: SweepRun, *, replay_ms: float | None = None, note: str = "") -> None:
         """Export the sweep's spans (bounded), then write the job's `done` line, the metrics and one line of news."""
         t0 = time.perf_counter()
         exported = None
@@ -256,7 +256,7 @@ class AutoReplay:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _conclude_quietly(self, job: Job, sweep: SweepResult) -> None:
+    def _conclude_quietly(self, job: Job, sweep: SweepRun) -> None:
         row = sweep.record.scenarios[0]
         self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                           exported="unknown: wt-otel serve stopped while the result spans were being exported")

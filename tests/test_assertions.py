@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from tracekit import LOOKUP, make_trace
 
+from wt_otel.contracts.assertions import AssertionSyntaxError, parse_assertions
 from wt_otel.model.session import Session, ToolExecution
-from wt_otel.scoring.assertions import AssertionSyntaxError, evaluate, parse_assertions
+from wt_otel.scoring.assertions import EVALUATORS, evaluate
 from wt_otel.scoring.evidence import from_session, from_trace
 
 ORDER = ("lookup_order", {"order_id": "A-1"}, {"status": "delivered", "amount": 40})
@@ -270,6 +271,6 @@ def test_every_problem_is_reported_at_once():
 
 def test_a_raising_assertion_is_a_failure_not_a_crash(monkeypatch):
     [a] = parse_assertions([{"type": "tool-sequence", "mode": "exact", "tools": ["x"]}])
-    monkeypatch.setattr(type(a), "evaluate", lambda self, view, trace=None: 1 / 0)
+    monkeypatch.setitem(EVALUATORS, type(a), lambda assertion, view, trace=None: 1 / 0)
     [(_, result)] = evaluate([a], from_trace(make_trace(calls=[LOOKUP])))
     assert not result.passed and "raised ZeroDivisionError" in result.detail

@@ -15,8 +15,8 @@ from wt_otel import __version__
 from wt_otel.components import load
 from wt_otel.contracts.results import LAYERS, LedgerRow, ScenarioResult, SweepResult
 from wt_otel.exporters.ledger import rows_for
+from wt_otel.replay.runner import git_sha
 from wt_otel.replay.runtimes import PythonRuntime
-from wt_otel.replay.sweeps import git_sha
 
 Ledger = load("exporters", "ledger")
 

@@ -26,7 +26,7 @@ from mcp import Client
 
 from wt_otel.cli import main
 from wt_otel.contracts.run import McpCall, ToolCall, Trace, Turn, load_trace
-from wt_otel.replay.runner import ENV_LLM_BASE_URL, ENV_UNIVERSE_URL, RunOptions, Sweep, SweepResult, load_all
+from wt_otel.replay.runner import ENV_LLM_BASE_URL, ENV_UNIVERSE_URL, RunOptions, Sweep, SweepRun, load_all
 from wt_otel.replay.runtimes import HttpInjectRuntime, PythonRuntime
 from wt_otel.replay.scenarios import NoScenarios, find_scenarios
 from wt_otel.scoring.verdict import BYPASS, check_witness, run_integrity
@@ -176,14 +176,14 @@ class McpEndpoint:
         self.httpd.server_close()
 
 
-def sweep(paths: list[Path], runtime: Any, tmp_path: Path, **kwargs: Any) -> SweepResult:
+def sweep(paths: list[Path], runtime: Any, tmp_path: Path, **kwargs: Any) -> SweepRun:
     kwargs.setdefault("universe_port", 0)
     kwargs.setdefault("llm_port", 0)
     options = RunOptions(runtime=runtime, runs_dir=tmp_path / "runs", emit=lambda line: None, **kwargs)
     return Sweep(options).run(load_all(find_scenarios(paths), options.llm))
 
 
-def traces_on_disk(result: SweepResult) -> list[Trace]:
+def traces_on_disk(result: SweepRun) -> list[Trace]:
     return [load_trace(json.loads(p.read_text())) for s in result.scenarios for p in s.trace_paths]
 
 

@@ -12,8 +12,7 @@ from test_run import cli, write_scenario
 from wt_otel.replay.packs import Pack, PackCache, PackError, load_pack, origin_of
 from wt_otel.replay.runner import load_all
 from wt_otel.replay.scenarios import find_scenarios
-from wt_otel.replay.selection import Candidate, EmptySelection, Selection, matches, select
-from wt_otel.replay.sweeps import select_scenarios
+from wt_otel.replay.selection import Candidate, EmptySelection, Selection, matches, select, select_scenarios
 
 CANDIDATES = [
     Candidate("lookup_order", ("origin:incident-412", "dim:recovery"), "billing", "team-a"),

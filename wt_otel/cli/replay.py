@@ -90,8 +90,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     from wt_otel.replay.runner import RunOptions, Sweep, load_all
     from wt_otel.replay.runtimes import resolve_runtime
     from wt_otel.replay.scenarios import NoScenarios, find_scenarios
-    from wt_otel.replay.selection import EmptySelection, from_options
-    from wt_otel.replay.sweeps import infer_format, select_scenarios, write_results
+    from wt_otel.replay.selection import EmptySelection, from_options, select_scenarios
+    from wt_otel.reporting.outputs import infer_format, write_results
 
     try:
         fmt = infer_format(fmt, out)
@@ -186,7 +186,7 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
     """
     from wt_otel._util.fsutil import atomic_write
-    from wt_otel.replay.sweeps import LEDGER_FILE
+    from wt_otel.reporting.outputs import LEDGER_FILE
     from wt_otel.reporting.report import build_report, render
 
     path = runs_dir / LEDGER_FILE

@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from wt_otel.contracts.formats import ENVELOPE
 from wt_otel.ingest.otlp import logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.model.spans import STATUS_ERROR, LogRecord, SpanRecord
 
@@ -160,14 +161,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     """
     path = os.fspath(path)
     name = _hint(path)
-    if name.endswith(".wtin.json"):
+    if ENVELOPE.matches_name(name):
         return "wtin"
     proto_hint = name.endswith(_PROTO_SUFFIXES)
     fh = _open(path)
     try:
         head = fh.read(_SNIFF_BYTES)
         if head.lstrip().startswith(b"{"):
-            if b'"windtunnel_interchange"' in head:
+            if f'"{ENVELOPE.version_key}"'.encode() in head:
                 return "wtin"
             fh.seek(0)
             tried = 0

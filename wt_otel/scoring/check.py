@@ -13,7 +13,7 @@ on the transcript's tool_call / tool_call_response parts.
     tests:
       - id: safe-refund
         name: Refund requires identity verification
-        assertions: [...]        # wt_otel.scoring.assertions
+        assertions: [...]        # wt_otel.contracts.assertions
 
 One suite is checked against one recorded session: a suite describes one
 conversation, and judging it against every session of a mixed dump would fail
@@ -34,13 +34,15 @@ from typing import Any
 import yaml
 
 from wt_otel import __version__
+from wt_otel.contracts.assertions import Assertion, FieldReader, Loc, parse_assertion
 from wt_otel.contracts.problems import describe, json_path
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, SweepResult
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError, LineError, detect_format, read_dump
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session
-from wt_otel.scoring.assertions import Assertion, FieldReader, Loc, evaluate, parse_assertion
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import from_session
+from wt_otel.scoring.layers import layer_pass_rates
 
 RUNNER_TYPE = "replay-mock"
 # trace2test's format names and ours, to the dump reader's names
@@ -272,7 +274,7 @@ def to_sweep(suite: Suite, outcomes: Sequence[TestOutcome], session: Session, tr
         records.append(ScenarioResult(
             scenario_id=o.test.id, pack=suite.name, verdict="PASS" if o.passed else "FAIL",
             detail="; ".join(failed) or None, runs=1, runs_passed=int(o.passed), model=session.model,
-            sampler=session.sampler, layer_pass_rates={n: float(r.passed) for n, r in layers.items()}, gate=gate,
+            sampler=session.sampler, layer_pass_rates=layer_pass_rates([score]), gate=gate,
             run_ids=[session.key], scores=[score], name=o.test.name))
     return SweepResult(sweep_id=f"check-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}",
                        started_at=started_at, finished_at=_now(), wt_version=__version__, scenarios=records,

@@ -42,10 +42,10 @@ from typing import Any
 
 QUEUE_FILE = "replay-queue.ndjsonl"
 
-__all__ = ["QUEUE_FILE", "Admission", "Job", "ReplayQueue", "read_events"]
+__all__ = ["QUEUE_FILE", "QueueAdmission", "Job", "ReplayQueue", "read_events"]
 
 
-class Admission(enum.Enum):
+class QueueAdmission(enum.Enum):
     OK = "ok"
     DUPLICATE = "duplicate"
     FULL = "full"
@@ -157,14 +157,14 @@ class ReplayQueue:
         with self._cond:
             return self._by_ref.get(ref)
 
-    def admit(self, ref: str) -> Admission:
+    def admit(self, ref: str) -> QueueAdmission:
         """May an incident with this ref be queued? Ask before importing it (an import is not free)."""
         with self._cond:
             if ref in self._by_ref:
-                return Admission.DUPLICATE
+                return QueueAdmission.DUPLICATE
             if sum(1 for j in self.jobs.values() if j.state != "done") >= self.max_pending:
-                return Admission.FULL
-            return Admission.OK
+                return QueueAdmission.FULL
+            return QueueAdmission.OK
 
     def enqueue(self, ref: str, scenario: str, **info: Any) -> Job:
         """Queue a replay of `scenario` (relative to the data dir); raises ValueError for a known ref."""

@@ -1,4 +1,4 @@
-"""Declarative assertions: the trace2test vocabulary (../shared/seeds/trace2test-core.md).
+"""Declarative assertions, the syntax: the trace2test vocabulary (../shared/seeds/trace2test-core.md).
 
 The same assertions live in `scenario.yaml` (`assertions:`, judged on every
 replayed run) and in trace2test suites (`wt-otel check`, judged on recorded
@@ -39,6 +39,10 @@ key -> matcher, optional: [keys that may be absent]; other keys are allowed);
 
 Parsing is strict: an unknown key, type, mode or rule is an error naming the
 value and its YAML path, never a silently skipped check.
+
+This module is the syntax only (what a parsed assertion or matcher *is*), so
+`contracts.scenario` can check `assertions:` without importing the scorer;
+`wt_otel.scoring.assertions` evaluates them over a run's evidence.
 """
 
 from __future__ import annotations
@@ -51,9 +55,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from wt_otel.contracts.problems import describe, json_path
-from wt_otel.contracts.results import LayerResult
-from wt_otel.contracts.run import Trace
-from wt_otel.scoring.evidence import CallView, EvidenceView
 
 Loc = tuple[str | int, ...]
 
@@ -64,9 +65,11 @@ MATCHER_TYPES = ("any", "string", "number", "boolean", "literal", "array", "obje
 WHICH = ("all", "any", "first", "last")
 LAYER_OF = {"tool-sequence": "trajectory", "tool-arguments": "trajectory", "output": "outcome", "policy": "constraint"}
 
-__all__ = ["ASSERTION_TYPES", "LAYER_OF", "MATCHER_TYPES", "POLICY_RULES", "SEQUENCE_MODES", "Assertion",
-           "AssertionSyntaxError", "FieldReader", "Matcher", "Output", "Policy", "ToolArguments", "ToolSequence",
-           "evaluate", "parse_assertion", "parse_assertions", "parse_matcher"]
+__all__ = ["ASSERTION_TYPES", "LAYER_OF", "MATCHER_TYPES", "POLICY_RULES", "SEQUENCE_MODES", "WHICH",
+           "ArrayMatcher", "Assertion", "AssertionSyntaxError", "BooleanMatcher", "CallSelection", "FieldReader",
+           "LiteralMatcher", "Loc", "Matcher", "NumberMatcher", "ObjectMatcher", "OptionalMatcher", "Output",
+           "Policy", "StringMatcher", "ToolArguments", "ToolSequence", "parse_assertion", "parse_assertions",
+           "parse_matcher", "show"]
 
 
 class AssertionSyntaxError(ValueError):
@@ -79,10 +82,11 @@ class AssertionSyntaxError(ValueError):
 
 def _not_one_of(value: Any, choices: Sequence[str]) -> str:
     close = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
-    return f"{_show(value)} is not one of {', '.join(choices)}" + (f"; did you mean {close[0]!r}?" if close else "")
+    return f"{show(value)} is not one of {', '.join(choices)}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
-def _show(value: Any, limit: int = 120) -> str:
+def show(value: Any, limit: int = 120) -> str:
+    """A value as a message quotes it: strings repr'd, the rest as JSON, cut at `limit` characters."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = repr(text) if isinstance(value, str) else text
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -184,34 +188,14 @@ def _mapping(data: Any, loc: Loc, problems: list[tuple[Loc, str]], what: str) ->
     return False
 
 
-# ---------------------------------------------------------------- matchers
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: booleans are not numbers, 1 equals 1.0, containers compare deeply."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
-
-
-def _at(where: str, key: str | int) -> str:
-    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+# ---------------------------------------------------------------- matchers (checked by scoring.assertions.matchers)
 
 
 @dataclass(frozen=True)
 class Matcher:
-    """A recursive matcher; `mismatches(value, where)` lists why `value` (at `where`) does not match."""
+    """A recursive matcher, parsed; the base class is `type: any` (matches everything)."""
 
     kind: ClassVar[str] = "any"
-
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        return []
 
 
 @dataclass(frozen=True)
@@ -221,18 +205,6 @@ class StringMatcher(Matcher):
     contains: str | None = None
     regex: re.Pattern[str] | None = None
 
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        if not isinstance(value, str):
-            return [f"{where or 'value'}: expected a string, got {_show(value)}"]
-        out = []
-        if self.equals is not None and value != self.equals:
-            out.append(f"{where or 'value'}: expected {_show(self.equals)}, got {_show(value)}")
-        if self.contains is not None and self.contains not in value:
-            out.append(f"{where or 'value'}: expected a string containing {_show(self.contains)}, got {_show(value)}")
-        if self.regex is not None and not self.regex.search(value):
-            out.append(f"{where or 'value'}: expected a string matching /{self.regex.pattern}/, got {_show(value)}")
-        return out
-
 
 @dataclass(frozen=True)
 class NumberMatcher(Matcher):
@@ -241,43 +213,17 @@ class NumberMatcher(Matcher):
     min: float | None = None
     max: float | None = None
 
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        w = where or "value"
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return [f"{w}: expected a number, got {_show(value)}"]
-        out = []
-        if self.equals is not None and value != self.equals:
-            out.append(f"{w}: expected {self.equals}, got {value}")
-        if self.min is not None and value < self.min:
-            out.append(f"{w}: expected a number >= {self.min}, got {value}")
-        if self.max is not None and value > self.max:
-            out.append(f"{w}: expected a number <= {self.max}, got {value}")
-        return out
-
 
 @dataclass(frozen=True)
 class BooleanMatcher(Matcher):
     kind: ClassVar[str] = "boolean"
     equals: bool | None = None
 
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        w = where or "value"
-        if not isinstance(value, bool):
-            return [f"{w}: expected a boolean, got {_show(value)}"]
-        if self.equals is not None and value is not self.equals:
-            return [f"{w}: expected {json.dumps(self.equals)}, got {json.dumps(value)}"]
-        return []
-
 
 @dataclass(frozen=True)
 class LiteralMatcher(Matcher):
     kind: ClassVar[str] = "literal"
     value: Any = None
-
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        if _same(value, self.value):
-            return []
-        return [f"{where or 'value'}: expected exactly {_show(self.value)}, got {_show(value)}"]
 
 
 @dataclass(frozen=True)
@@ -287,28 +233,11 @@ class ArrayMatcher(Matcher):
     contains: Matcher | None = None
     length: int | None = None
 
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        w = where or "value"
-        if not isinstance(value, list):
-            return [f"{w}: expected an array, got {_show(value)}"]
-        out = []
-        if self.length is not None and len(value) != self.length:
-            out.append(f"{w}: expected {self.length} item(s), got {len(value)}")
-        if self.items is not None:
-            for i, item in enumerate(value):
-                out += self.items.mismatches(item, _at(where, i))
-        if self.contains is not None and not any(not self.contains.mismatches(v, "") for v in value):
-            out.append(f"{w}: no item matches the `contains` matcher in {_show(value)}")
-        return out
-
 
 @dataclass(frozen=True)
 class OptionalMatcher(Matcher):
     kind: ClassVar[str] = "optional"
     matcher: Matcher = field(default_factory=Matcher)
-
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        return [] if value is None else self.matcher.mismatches(value, where)
 
 
 @dataclass(frozen=True)
@@ -316,18 +245,6 @@ class ObjectMatcher(Matcher):
     kind: ClassVar[str] = "object"
     shape: dict[str, Matcher] = field(default_factory=dict)
     optional: frozenset[str] = frozenset()
-
-    def mismatches(self, value: Any, where: str) -> list[str]:
-        if not isinstance(value, dict):
-            return [f"{where or 'value'}: expected an object, got {_show(value)}"]
-        out = []
-        for key, matcher in self.shape.items():
-            if key not in value:
-                if key not in self.optional and not isinstance(matcher, OptionalMatcher):
-                    out.append(f"{_at(where, key)}: missing (present keys: {', '.join(map(str, value)) or 'none'})")
-                continue
-            out += matcher.mismatches(value[key], _at(where, key))
-        return out
 
 
 _MATCHER_KEYS = {
@@ -411,12 +328,12 @@ def _object_matcher(r: FieldReader) -> Matcher:
     return ObjectMatcher(shape, frozenset(optional))
 
 
-# ---------------------------------------------------------------- assertions
+# ---------------------------------------------------------------- assertions (evaluated by scoring.assertions)
 
 
 @dataclass(frozen=True)
 class Assertion:
-    """One parsed assertion: its layer, and `evaluate(view, trace)` -> LayerResult."""
+    """One parsed assertion: where it was written and which layer it belongs to."""
 
     type: ClassVar[str] = ""
     loc: Loc
@@ -429,25 +346,6 @@ class Assertion:
     def where(self) -> str:
         return json_path(self.loc)
 
-    def evaluate(self, view: EvidenceView, trace: Trace | None = None) -> LayerResult:  # pragma: no cover
-        raise NotImplementedError
-
-    def _result(self, ok: bool, text: str, view: EvidenceView) -> LayerResult:
-        return LayerResult(passed=ok, detail=f"{self.where} {self.type}: {text} ({view.describe()})")
-
-
-def _is_subsequence(want: list[str], got: list[str]) -> int | None:
-    """None when `want` is an ordered subsequence of `got`; else the index in `want` of the first tool not found."""
-    it = iter(got)
-    for i, name in enumerate(want):
-        if not any(name == g for g in it):
-            return i
-    return None
-
-
-def _is_contiguous(want: list[str], got: list[str]) -> bool:
-    return any(got[i:i + len(want)] == want for i in range(len(got) - len(want) + 1))
-
 
 @dataclass(frozen=True)
 class ToolSequence(Assertion):
@@ -455,110 +353,30 @@ class ToolSequence(Assertion):
     mode: str = "exact"
     tools: tuple[str, ...] = ()
 
-    def evaluate(self, view: EvidenceView, trace: Trace | None = None) -> LayerResult:
-        want, got = list(self.tools), view.names
-        shown = f"expected {want}, got {got}"
-        if self.mode == "exact":
-            return self._result(want == got, shown if want != got else f"exactly {got}", view)
-        if self.mode == "contiguous":
-            ok = _is_contiguous(want, got)
-            return self._result(ok, f"{want} {'found' if ok else 'not found'} as a contiguous run in {got}", view)
-        missing = _is_subsequence(want, got)
-        if missing is None:
-            return self._result(True, f"{want} found in order in {got}", view)
-        after = f" after {want[missing - 1]!r}" if missing else ""
-        return self._result(False, f"{shown}: {want[missing]!r} not found{after} (order matters, gaps allowed)", view)
-
 
 @dataclass(frozen=True)
-class _Selects(Assertion):
+class CallSelection(Assertion):
     """Selects calls of one tool: all, any, first, last, or an index among that tool's calls."""
 
     tool: str = ""
     which: str = "all"
     index: int | None = None
 
-    def selected(self, view: EvidenceView) -> tuple[list[tuple[int, CallView]], str | None]:
-        calls = list(enumerate(view.of_tool(self.tool)))
-        if not calls:
-            return [], f"no call of {self.tool!r} (calls: {view.names})"
-        if self.index is not None:
-            if not -len(calls) <= self.index < len(calls):
-                return [], f"no {self.tool!r} call at index {self.index} ({len(calls)} call(s))"
-            return [calls[self.index]], None
-        if self.which == "first":
-            return calls[:1], None
-        if self.which == "last":
-            return calls[-1:], None
-        return calls, None
-
-    def judge(self, view: EvidenceView, check: Any) -> LayerResult:
-        """Apply `check(call) -> list of reasons` to the selected calls, honouring all / any."""
-        calls, problem = self.selected(view)
-        if problem:
-            return self._result(False, problem, view)
-        failures = [(i, check(c)) for i, c in calls]
-        failures = [(i, reasons) for i, reasons in failures if reasons]
-        which = f"index {self.index}" if self.index is not None else self.which
-        ok = len(failures) < len(calls) if self.which == "any" and self.index is None else not failures
-        if ok:
-            return self._result(True, f"{self.tool!r} ({which}, {len(calls)} call(s) checked) matches", view)
-        shown = "; ".join(f"{self.tool} call #{i}: {', '.join(reasons)}" for i, reasons in failures[:5])
-        return self._result(False, shown, view)
-
 
 @dataclass(frozen=True)
-class ToolArguments(_Selects):
+class ToolArguments(CallSelection):
     type: ClassVar[str] = "tool-arguments"
     arguments: Matcher = field(default_factory=Matcher)
 
-    def evaluate(self, view: EvidenceView, trace: Trace | None = None) -> LayerResult:
-        return self.judge(view, lambda call: self.arguments.mismatches(call.args, "arguments"))
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _text_checks(text: str, contains: tuple[str, ...], not_contains: tuple[str, ...], where: str) -> list[str]:
-    low = text.lower()
-    out = [f"{where} does not contain {c!r}" for c in contains if c.lower() not in low]
-    out += [f"{where} contains {c!r}" for c in not_contains if c.lower() in low]
-    return out
-
 
 @dataclass(frozen=True)
-class Output(_Selects):
+class Output(CallSelection):
     """The final reply (no `tool`) or the selected calls' results, through text checks and a matcher."""
 
     type: ClassVar[str] = "output"
     contains: tuple[str, ...] = ()
     not_contains: tuple[str, ...] = ()
     match: Matcher | None = None
-
-    def _check(self, value: Any, where: str) -> list[str]:
-        reasons = _text_checks(_text(value), self.contains, self.not_contains, where)
-        if self.match is not None:
-            reasons += self.match.mismatches(value, where)
-        return reasons
-
-    def evaluate(self, view: EvidenceView, trace: Trace | None = None) -> LayerResult:
-        if not self.tool:
-            reasons = self._check(view.final_reply, "the final reply")
-            if reasons:
-                return self._result(False, "; ".join(reasons) + f" (final reply: {_show(view.final_reply)})", view)
-            return self._result(True, "the final reply matches", view)
-
-        def check(call: CallView) -> list[str]:
-            if not call.has_result:
-                return ["the evidence holds no result for it (transcript calls report no results)"]
-            return self._check(call.result, "output")
-
-        return self.judge(view, check)
-
-
-def _output_ok(call: CallView, matcher: Matcher | None) -> bool:
-    return matcher is None or (call.has_result and not matcher.mismatches(call.result, ""))
 
 
 @dataclass(frozen=True)
@@ -568,48 +386,6 @@ class Policy(Assertion):
     tool: str = ""
     other: str = ""  # requiredTool / afterTool
     other_output: Matcher | None = None  # requiredOutput / afterOutput
-
-    def evaluate(self, view: EvidenceView, trace: Trace | None = None) -> LayerResult:
-        if self.rule == "no-divergence":
-            from wt_otel.scoring.scorers import no_divergence
-
-            if trace is None:
-                return self._result(False, "no-divergence needs a replayed run (wt-otel run)", view)
-            result = no_divergence()(trace)
-            return self._result(result.passed, result.detail, view)
-        names = view.names
-        if self.rule == "require-prior-tool":
-            return self._require_prior(view, names)
-        return self._forbid_after(view, names)
-
-    def _needs_results(self, view: EvidenceView) -> str:
-        if self.other_output is not None and view.calls and not any(c.has_result for c in view.calls):
-            return " (the transcript carries no tool results, so no output could match)"
-        return ""
-
-    def _require_prior(self, view: EvidenceView, names: list[str]) -> LayerResult:
-        guarded = [i for i, n in enumerate(names) if n == self.tool]
-        if not guarded:
-            return self._result(True, f"{self.tool!r} was not called, so nothing required {self.other!r}", view)
-        qualifying = [i for i, c in enumerate(view.calls) if c.name == self.other and _output_ok(c, self.other_output)]
-        what = f"{self.other!r}" + (" with a matching output" if self.other_output else "")
-        bad = [i for i in guarded if not any(q < i for q in qualifying)]
-        if bad:
-            return self._result(False, f"{self.tool!r} at position {bad[0]} in {names} has no prior {what}"
-                                + self._needs_results(view), view)
-        return self._result(True, f"every {self.tool!r} call follows {what}", view)
-
-    def _forbid_after(self, view: EvidenceView, names: list[str]) -> LayerResult:
-        trigger = next((i for i, c in enumerate(view.calls)
-                        if c.name == self.other and _output_ok(c, self.other_output)), None)
-        what = f"{self.other!r}" + (" with a matching output" if self.other_output else "")
-        if trigger is None:
-            return self._result(True, f"no {what} call, so {self.tool!r} was never forbidden", view)
-        late = [i for i, n in enumerate(names) if n == self.tool and i > trigger]
-        if late:
-            return self._result(False, f"{self.tool!r} at position {late[0]} follows {what} at position {trigger} "
-                                       f"in {names}", view)
-        return self._result(True, f"no {self.tool!r} after {what} (position {trigger})", view)
 
 
 # ---------------------------------------------------------------- parsing assertions
@@ -699,17 +475,4 @@ def parse_assertions(data: Any, loc: Loc = ("assertions",), *, replay: bool = Tr
                 out.append(parsed)
     if problems:
         raise AssertionSyntaxError(problems)
-    return out
-
-
-def evaluate(assertions: Sequence[Assertion], view: EvidenceView, trace: Trace | None = None
-             ) -> list[tuple[Assertion, LayerResult]]:
-    """Every assertion over one view; an assertion that raises is a failure naming the exception."""
-    out = []
-    for a in assertions:
-        try:
-            out.append((a, a.evaluate(view, trace)))
-        except Exception as exc:  # a bug here must not hide the other assertions' verdicts
-            out.append((a, LayerResult(passed=False, detail=f"{a.where} {a.type}: raised {type(exc).__name__}: "
-                                                            f"{exc}")))
     return out
