@@ -65,6 +65,9 @@ _REPR_HEAD = re.compile(r"^\s*(?:[A-Z]\w*\(|\{'|\[\{'|\[[A-Z]\w*\()")
 
 # ---------------------------------------------------------------- Python reprs
 
+_ENUM_REPR = re.compile(r"<[A-Za-z_][\w.]*: ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|-?\d+)>")
+
+
 class _NotLiteral(ValueError):
     pass
 
@@ -76,10 +79,16 @@ def parse_literal(text: str) -> tuple[Any, bool]:
     """
     if not isinstance(text, str) or len(text) > MAX_LITERAL:
         return text, False
-    try:
-        return _literal(ast.parse(text.strip(), mode="eval").body), True
-    except (_NotLiteral, SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
-        return text, False
+    source = text.strip()
+    for attempt in range(2):
+        try:
+            return _literal(ast.parse(source, mode="eval").body), True
+        except (_NotLiteral, SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+            if attempt or "<" not in source:
+                return text, False
+            # enum members print as `<MessageRole.USER: 'user'>` (LlamaIndex): their value is the data
+            source = _ENUM_REPR.sub(lambda m: m.group(1), source)
+    return text, False
 
 
 def _literal(node: ast.AST) -> Any:
@@ -202,6 +211,8 @@ def _block_text(b: Any) -> str | None:
                 "type", "text", "annotations", "meta", "_meta", "cache_control", "citations", "logprobs", "id"}:
             return b["text"]
         if set(b) == {"text"} and isinstance(b["text"], str):
+            return b["text"]
+        if b.get("block_type") == "text" and isinstance(b.get("text"), str):  # LlamaIndex TextBlock
             return b["text"]
     return None
 
@@ -330,7 +341,7 @@ def _is_item(d: dict[str, Any]) -> bool:
 
 def _is_message(d: dict[str, Any]) -> bool:
     """A chat message dump (`ChatCompletionMessage.model_dump()`, its repr): role plus content or calls."""
-    return d.get("role") in ROLE_ALIASES and ("content" in d or "tool_calls" in d)
+    return d.get("role") in ROLE_ALIASES and ("content" in d or "tool_calls" in d or "blocks" in d)
 
 
 def _item_parts(d: dict[str, Any]) -> list[dict[str, Any]]:
@@ -380,6 +391,10 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     """One raw message or item -> canonical messages (an Anthropic user turn mixing results and text
     becomes a tool message followed by a user message)."""
     if isinstance(d, str):
+        if _REPR_HEAD.match(d) or d[:1] == "{":  # a message logged as str(obj): its own role, when it has one
+            decoded = _decode(d)
+            if isinstance(decoded, dict) and _is_message(decoded):
+                return _messages_from(decoded, default_role)
         parts = _text_parts(d)
         return [{"role": default_role, "parts": parts}] if parts else []
     if not isinstance(d, dict):
@@ -387,6 +402,10 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     fast = _fast_parts(d)
     if fast is not None:
         return _finish(d["role"], fast)
+    if "blocks" in d and "content" not in d and "parts" not in d:  # LlamaIndex ChatMessage
+        extra = d.get("additional_kwargs") if isinstance(d.get("additional_kwargs"), dict) else {}
+        d = {**d, "content": d["blocks"], "tool_calls": d.get("tool_calls") or extra.get("tool_calls"),
+             "tool_call_id": d.get("tool_call_id") or extra.get("tool_call_id")}
     lc = _langchain(d)
     if lc is not None:
         role, fields = lc

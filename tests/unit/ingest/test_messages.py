@@ -192,3 +192,13 @@ def test_hostile_input_does_not_explode():
     deep = "[" * 5000 + "]" * 5000
     assert read_messages(deep) in ([], [{"role": "user", "parts": [{"type": "text", "content": deep}]}])
     assert tool_result("(" * 3000) == "(" * 3000
+
+
+def test_llamaindex_chat_message_reprs_with_enum_members():
+    text = ("ChatMessage(role=<MessageRole.ASSISTANT: 'assistant'>, additional_kwargs={'tool_calls': "
+            "[ChoiceDeltaToolCall(index=0, id='c1', function=ChoiceDeltaToolCallFunction(arguments='{\"q\": \"x\"}', "
+            "name='lookup'), type='function')]}, blocks=[])")
+    assert read_messages([text], "assistant") == [EXPECTED[1]]
+    tool = ("ChatMessage(role=<MessageRole.TOOL: 'tool'>, additional_kwargs={'tool_call_id': 'c1'}, "
+            "blocks=[TextBlock(block_type='text', text=\"{'ok': 1}\")])")
+    assert _strip(read_messages([tool])) == [EXPECTED[2]]
