@@ -71,7 +71,32 @@ def _wanted(session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("dump", _dumps())
+# Dumps in which the producer recorded no message content: the import must say so (naming a setting),
+# keep what the tool spans witnessed, and invent no turn.
+CONTENT_OFF = {
+    "bedrock-openllmetry/dump-metrics-off.otlp.jsonl",  # OpenLLMetry bedrock with TRACELOOP_METRICS_ENABLED=false
+}
+
+
+@pytest.mark.parametrize("dump", sorted(CONTENT_OFF))
+def test_producer_without_content_is_said_so_and_keeps_the_witnessed_calls(dump: str, tmp_path: Path):
+    path = PRODUCERS / dump
+    expected = json.loads((path.parent / "expected.json").read_text())
+    report = import_dumps([path], load("exporters", "scenario-dir")(tmp_path))
+    assert report.errors == []
+    envelopes = [json.loads((d / "incident.wtin.json").read_text()) for d in report.written]
+    assert len(envelopes) == len(expected["sessions"])
+    for env in envelopes:
+        assert env["messages"] == [] and env["provenance"]["content_captured"] is False
+        [off] = [d for d in env["diagnostics"] if d["kind"] == "content_off"]
+        assert "TRACELOOP_TRACE_CONTENT" in off["setting"]
+    witnessed = sorted((w["tool_name"], _canon(w["args"]), _canon(w["result"]))
+                       for env in envelopes for w in env["witnessed_calls"])
+    assert witnessed == sorted((c["name"], _canon(c["arguments"]), _canon(c["result"]))
+                               for s in expected["sessions"] for t in s["turns"] for c in t["tool_calls"])
+
+
+@pytest.mark.parametrize("dump", [d for d in _dumps() if d not in CONTENT_OFF])
 def test_producer_imports_to_exactly_the_recorded_sessions(dump: str, tmp_path: Path):
     path = PRODUCERS / dump
     expected = json.loads((path.parent / "expected.json").read_text())

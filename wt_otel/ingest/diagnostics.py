@@ -70,6 +70,9 @@ def content_setting(span: SpanRecord) -> str:
         return "OpenLLMetry: TRACELOOP_TRACE_CONTENT=true (Traceloop.init(trace_content=True))"
     if scope == "ai" or any(k.startswith("ai.") for k in a):
         return "Vercel AI SDK: experimental_telemetry { isEnabled: true, recordInputs: true, recordOutputs: true }"
+    if "litellm" in scope or any(k.startswith("litellm.") for k in a):
+        return ("LiteLLM: leave litellm.turn_off_message_logging off and set "
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT (OpenTelemetryConfig.capture_message_content)")
     if "pydantic" in scope or "logfire" in scope:
         return "pydantic-ai: InstrumentationSettings(include_content=True)"
     if "strands" in scope:
@@ -113,7 +116,7 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
         setting = content_setting(span)
         warn(session, Diagnostic(
             "content_off", f"message content was not captured on span {span.name!r} ({span.span_id}): content "
-            f"capture is off in the instrumentation; turn it on with {setting}. Until then user turns and the "
+            f"capture is off in the instrumentation (or it dropped the content); turn it on with {setting}. Until then user turns and the "
             "final answer must be written by hand", span.span_id, None, setting))
     if session.messages and not session.user_turns:
         warn(session, Diagnostic("no_user_turn", "the transcript holds no user turn with text: the scenario has "
@@ -134,7 +137,11 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
                     "tool_call_without_result", f"tool call {p.get('name')!r} ({p.get('id')}) has no result in "
                     "the transcript and no tool span witnessed one: the universe cannot answer it"))
     strong = not session.messages or not session.user_turns
+    unread_ids = {s.span_id for s in unread}
+    read_traces = {s.trace_id for s in spans if s.span_id not in unread_ids}
     for span in unread:
+        if not strong and span.trace_id in read_traces and session.messages:
+            continue  # e.g. LiteLLM's raw_gen_ai_request reprs beside the litellm_request span that was read
         keys = [k for k in conversation_attributes(span) if strong or _strong(k)]
         if keys:
             warn(session, Diagnostic(

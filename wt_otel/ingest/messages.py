@@ -214,6 +214,8 @@ def _block_text(b: Any) -> str | None:
             return b["text"]
         if b.get("block_type") == "text" and isinstance(b.get("text"), str):  # LlamaIndex TextBlock
             return b["text"]
+        if b.get("type") == "text" and isinstance(b.get("content"), str) and set(b) == {"type", "content"}:
+            return b["content"]  # a parts-model text part
     return None
 
 
@@ -435,6 +437,10 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     if isinstance(d.get("parts"), list):
         parts = [p for b in d["parts"] for p in _part_from_block(b)]
+        if role == "tool" and d.get("tool_call_id") and not any(p["type"] == "tool_call_response" for p in parts):
+            # LiteLLM: {role: tool, parts: [text <result>], tool_call_id}
+            parts = [{"type": "tool_call_response", "id": str(d["tool_call_id"]),
+                      "response": tool_result(d["parts"])}]
     elif role == "tool" and (d.get("tool_call_id") or not _typed_blocks(_content(d.get("content")))):
         part: dict[str, Any] = {"type": "tool_call_response", "id": str(d.get("tool_call_id") or d.get("id") or ""),
                                 "response": tool_result(d.get("content"))}
@@ -475,13 +481,14 @@ def _content(value: Any) -> Any:
 
 
 _CANONICAL_ROLES = frozenset({"user", "assistant", "system", "tool"})
+_FAST_KEYS = frozenset({"role", "parts", "finish_reason", "name"})
 
 
 def _fast_parts(d: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Parts of a message already in the canonical parts model (the common case: semconv producers),
     without the general decoding; None when anything needs it."""
     parts = d.get("parts")
-    if d.get("role") not in _CANONICAL_ROLES or type(parts) is not list:
+    if d.get("role") not in _CANONICAL_ROLES or type(parts) is not list or not d.keys() <= _FAST_KEYS:
         return None
     out: list[dict[str, Any]] = []
     for p in parts:
