@@ -116,8 +116,8 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
         setting = content_setting(span)
         warn(session, Diagnostic(
             "content_off", f"message content was not captured on span {span.name!r} ({span.span_id}): content "
-            f"capture is off in the instrumentation (or it dropped the content); turn it on with {setting}. Until then user turns and the "
-            "final answer must be written by hand", span.span_id, None, setting))
+            f"capture is off in the instrumentation (or it dropped the content); turn it on with {setting}. "
+            "Until then user turns and the final answer must be written by hand", span.span_id, None, setting))
     if session.messages and not session.user_turns:
         warn(session, Diagnostic("no_user_turn", "the transcript holds no user turn with text: the scenario has "
                                  "nothing to ask; check the first model call's input"))
