@@ -255,8 +255,6 @@ def _part_from_block(b: Any) -> list[dict[str, Any]]:
     if not isinstance(b, dict):
         return [] if b is None else [{"type": "text", "content": str(b)}]
     t = b.get("type")
-    if t is None and "__class__" in b:
-        t = b.get("type")
     if isinstance(t, str):
         if t in _TEXT_TYPES:
             text = b.get("text", b.get("content"))
