@@ -134,7 +134,8 @@ class ScenarioCollector(pytest.Collector):
             found = find_scenarios(self.dirs)
         except NoScenarios as exc:
             raise pytest.UsageError(f"--wt-scenarios: {exc}") from exc
-        items, taken = [], set()
+        items: list[pytest.Item] = []
+        taken: set[str] = set()
         for n, d in enumerate(found, 1):
             name = load_scenario_dir(d, need_cassette=False).id
             unique, k = name, 2

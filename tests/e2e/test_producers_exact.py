@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import PRODUCERS
 from wt_otel.components import load
 from wt_otel.ingest.importer import import_dumps
-
-PRODUCERS = Path(__file__).parents[1] / "fixtures" / "producers"
 
 
 def _dumps() -> list[str]:

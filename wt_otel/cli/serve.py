@@ -9,7 +9,8 @@ import click
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue, replay); flags override it.")
+              help="YAML config (pipeline, receivers, data_dir, filter, assembler, flagger, redactor, queue, replay); "
+                   "flags override it.")
 @click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
 @click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")
@@ -87,7 +88,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     for note in server.recovery:
         click.echo(f"data dir: {note}", err=True)
     if server.grpc_port is not None:
-        click.echo(f"OTLP/gRPC listening on {config.receivers.grpc_endpoint.rpartition(':')[0]}:{server.grpc_port}")
+        host = (config.receivers.grpc_endpoint or "").rpartition(":")[0]  # set: grpc_port is
+        click.echo(f"OTLP/gRPC listening on {host}:{server.grpc_port}")
     if server.http_url is not None:
         click.echo(f"OTLP/HTTP listening on {server.http_url} (/v1/traces, /v1/logs, /healthz, /metrics)")
     backend = check_protobuf_backend()

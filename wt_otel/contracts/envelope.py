@@ -178,7 +178,7 @@ def lint_envelope(env: Envelope) -> list[Problem]:
     answered: set[str] = set()
     for i, message in enumerate(env.messages):
         for j, part in enumerate(message.parts):
-            at = ("messages", i, "parts", j)
+            at: tuple[str | int, ...] = ("messages", i, "parts", j)
             if isinstance(part, ToolCallPart):
                 calls.setdefault(part.id, at)
                 warnings += truncated(part.arguments, (*at, "arguments"))

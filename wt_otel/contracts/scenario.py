@@ -97,7 +97,8 @@ class Scenario(_StrictModel):
     runs: int = Field(1, ge=1)
     variance_allowed: bool = False
     gates: list[Annotated[Literal["outcome", "trajectory", "constraint"], is_one_of(GATES)]] = Field(
-        default_factory=lambda: ["outcome"], description="layers that decide the verdict"
+        # mypy infers the lambda as list[str], not the Literal list
+        default_factory=lambda: ["outcome"], description="layers that decide the verdict"  # type: ignore[arg-type]
     )
     metadata: dict[str, str] = {}
 

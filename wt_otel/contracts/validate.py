@@ -22,7 +22,7 @@ from wt_otel.contracts.formats import json_schema as json_schema
 from wt_otel.contracts.problems import ContractError, Problem
 
 KINDS = VALIDATED  # the formats `wt-otel validate` detects and checks (contracts/formats.py)
-VERSION_KEYS = {FORMATS[k].version_key: k for k in KINDS if FORMATS[k].version_key}
+VERSION_KEYS = {key: k for k in KINDS if (key := FORMATS[k].version_key)}
 
 
 class UnreadableFile(Exception):

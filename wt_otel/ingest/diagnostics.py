@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from wt_otel.ingest import dialects
 from wt_otel.ingest.messages import looks_serialized
 from wt_otel.model.session import LLMCall, Session
 from wt_otel.model.spans import SpanRecord
@@ -165,15 +166,10 @@ def _strong(key: str) -> bool:
     return any(w in key for w in ("messages", "prompt", "completion", "choices", "system_instructions"))
 
 
-def explain_group(records: list[Any]) -> tuple[int, str]:
-    """(how telling, why) a group of records yielded no GenAI session, in words a user can act on.
-
-    Ranked: content capture off (3) > conversation attributes of an unknown shape (2) >
+def explain_group(spans: list[SpanRecord]) -> tuple[int, str]:
+    """(how telling, why) a group's spans (logs attached) yielded no GenAI session, in words a user
+    can act on. Ranked: content capture off (3) > conversation attributes of an unknown shape (2) >
     set-up or metadata-only GenAI spans (1) > no GenAI spans at all (0)."""
-    from wt_otel.ingest import dialects
-    from wt_otel.ingest.sessions import attach_logs
-
-    spans = attach_logs(records)
     genai = [s for s in spans if looks_genai(s)]
     if not genai:
         return 0, (f"no GenAI spans at all ({len(spans)} span(s) without gen_ai.*, llm.*, ai.* or OpenInference "

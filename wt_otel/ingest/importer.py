@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from wt_otel._util.fsutil import DirectoryExists, unique_slug
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
-from wt_otel.ingest.sessions import SessionGrouper, build_session, merge_continuations
+from wt_otel.ingest.flags import FlagRules
+from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations
 from wt_otel.model.session import Session, ToolExecution
 
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
@@ -97,9 +98,11 @@ def import_dumps(
     flagged_only: bool = False,
     strict: bool = False,
     progress: Callable[[str, int], None] | None = None,
+    flag_rules: FlagRules | None = None,
 ) -> ImportReport:
     """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
-    unless `strict` (then `ImportAborted`, before any write)."""
+    unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
+    (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`."""
     report = ImportReport()
     wanted = {t.lower() for t in trace_ids}
     ready: list[Session] = []
@@ -130,7 +133,7 @@ def import_dumps(
             yield from ready
             unnamed: list[Session] = []  # no conversation id: may continue one another (held to the end)
             for group in grouper.groups():
-                session = build_session(group)
+                session = build_session(group, flag_rules=flag_rules)
                 if session is not None and (session.messages or session.witnessed_calls):
                     if session.conversation_id:
                         yield session
@@ -140,7 +143,7 @@ def import_dumps(
                 if session is not None:
                     report.empty += 1
                 if len(reasons) < 50:
-                    reasons.append(explain_group(group))
+                    reasons.append(explain_group(attach_logs(group)))
             yield from merge_continuations(unnamed)
 
         found: Iterator[Session] | list[Session] = sessions()

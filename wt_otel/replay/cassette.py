@@ -363,7 +363,7 @@ class CassetteReplay:
 
     def _divergence(self, received: dict[str, Any], entry: dict[str, Any]) -> Reply:
         if self.match == "sequence":
-            evidence = {"at": "sequence", "expected": f"end of recording ({len(self.calls)} call(s))",
+            evidence: dict[str, Any] = {"at": "sequence", "expected": f"end of recording ({len(self.calls)} call(s))",
                         "received": _summary(received["messages"][-1] if received["messages"] else None)}
             nearest = None
             what = f"request #{entry['seq'] + 1} of this run, the recording has {len(self.calls)} call(s)"

@@ -39,11 +39,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from wt_otel import __version__
+from wt_otel._util.clock import compact_stamp, elapsed_ms, utc_now_iso
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
 from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
@@ -150,21 +150,11 @@ class SweepRun:
 
 def new_sweep_id() -> str:
     """Sortable by time, unique across concurrent sweeps."""
-    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
-
-
-def _now() -> str:
-    # TODO(clock): writes "+00:00" where every other timestamp writes "Z"; replace with the one clock.
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def now_iso() -> str:
-    # TODO(clock)
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{compact_stamp()}-{uuid.uuid4().hex[:6]}"
 
 
 def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 1)
+    return elapsed_ms(since)
 
 
 def git_sha(cwd: Path | None = None) -> str | None:
@@ -340,7 +330,7 @@ class _Run:
 
     def __init__(self, loaded: LoadedScenario, index: int, options: RunOptions, sweep_id: str) -> None:
         self.loaded, self.index, self.options, self.sweep_id = loaded, index, options, sweep_id
-        self.started_at = _now()
+        self.started_at = utc_now_iso()
         self.t0 = time.perf_counter()
         self.session_id: str | None = None
         self.turns: list[Turn] = []
@@ -391,7 +381,7 @@ class _Run:
         return Trace(
             wt_trace=1, scenario_id=self.loaded.id, run_index=self.index,
             run_id=f"{self.sweep_id}/{self.loaded.id}/run-{self.index}", label=self.options.label,
-            started_at=self.started_at, ended_at=_now(), runtime=runtime.name, inject_url=runtime.url,
+            started_at=self.started_at, ended_at=utc_now_iso(), runtime=runtime.name, inject_url=runtime.url,
             session_id=self.session_id, universe_url=servers.universe_url if servers else None,
             llm_url=servers.llm_url if servers else None, surface=self.surface, turns=self.turns,
             mcp_calls=mcp_calls, llm_calls=llm_calls,
@@ -418,7 +408,7 @@ class Sweep:
         self.options = options
         self.sweep_id = sweep_id or new_sweep_id()
         self.directory = options.runs_dir / self.sweep_id
-        self.started_at = now_iso()
+        self.started_at = utc_now_iso()
         self.packs = PackCache()  # each pack.yaml read once per sweep
         self._dirs: set[str] = set()
 
@@ -523,7 +513,7 @@ class Sweep:
         sweep = SweepRun(self.sweep_id, self.directory, results, stopped)
         self.write_summary(sweep)
         records = [s.record for s in results if s.record is not None]
-        sweep.record = SweepResult(sweep_id=self.sweep_id, started_at=self.started_at, finished_at=now_iso(),
+        sweep.record = SweepResult(sweep_id=self.sweep_id, started_at=self.started_at, finished_at=utc_now_iso(),
                                    selection=self.options.selection or {}, label=self.options.label,
                                    git_sha=git_sha(), wt_version=__version__, scenarios=records, stopped=stopped)
         if self.options.ledger:

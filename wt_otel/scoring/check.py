@@ -27,13 +27,13 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from wt_otel import __version__
+from wt_otel._util.clock import compact_stamp, utc_now_iso
 from wt_otel.contracts.assertions import Assertion, FieldReader, Loc, parse_assertion
 from wt_otel.contracts.problems import describe, json_path
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, SweepResult
@@ -125,7 +125,8 @@ def _tests(raw: Any, problems: list[tuple[Loc, str]]) -> list[SuiteTest]:
         problems.append((("tests",), f"must be a non-empty list of tests, {describe(raw)}" if raw is not None else
                          "is required (a list of {id, name, assertions})"))
         return []
-    tests, seen = [], {}
+    tests: list[SuiteTest] = []
+    seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         loc: Loc = ("tests", i)
         if not isinstance(item, dict):
@@ -257,10 +258,6 @@ def render_text(outcomes: Sequence[TestOutcome], evidence: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def to_sweep(suite: Suite, outcomes: Sequence[TestOutcome], session: Session, trace_path: Path,
              started_at: str) -> SweepResult:
     """The check as a `SweepResult`: one ScenarioResult per test (scenario_id = test id, pack = suite name)."""
@@ -276,8 +273,8 @@ def to_sweep(suite: Suite, outcomes: Sequence[TestOutcome], session: Session, tr
             detail="; ".join(failed) or None, runs=1, runs_passed=int(o.passed), model=session.model,
             sampler=session.sampler, layer_pass_rates=layer_pass_rates([score]), gate=gate,
             run_ids=[session.key], scores=[score], name=o.test.name))
-    return SweepResult(sweep_id=f"check-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}",
-                       started_at=started_at, finished_at=_now(), wt_version=__version__, scenarios=records,
+    return SweepResult(sweep_id=f"check-{compact_stamp()}-{uuid.uuid4().hex[:6]}",
+                       started_at=started_at, finished_at=utc_now_iso(), wt_version=__version__, scenarios=records,
                        selection={"suite": str(suite.path), "trace": str(trace_path)})
 
 
@@ -309,7 +306,7 @@ def run_check(suite_path: Path, dump: Path | None = None, trace_id: str | None =
 
     Raises `SuiteError` or `CheckInputError` (both exit 2 on the command line).
     """
-    started = _now()
+    started = utc_now_iso()
     suite = load_suite(suite_path)
     path, fmt = resolve_trace(suite, dump)
     session, warnings = read_session(path, fmt, trace_id)

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import assistant, chat_span, user
 
+from tests.support.spans import assistant, chat_span, user
 from wt_otel.cli import main
 
 ASK = "Weather in Lisbon?"

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from support.producer_expected import PRODUCERS, dumps_of, load_expected, producers_with_expected
+
+from tests.support.producer_expected import PRODUCERS, dumps_of, load_expected, producers_with_expected
 
 MAX_DUMP_BYTES = 200_000
 DIRS = producers_with_expected()
