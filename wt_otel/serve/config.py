@@ -8,19 +8,21 @@ its attribute rules, the redactor off. Command-line flags override the file.
 The models live in the core because the CLI parses them; each stage of
 `pipeline.stages` reads its own section (`config.assembler`, `config.flagger`,
 ...), validated again by the stage's own config model when the pipeline is
-planned (`wt_otel.serve.server.stage_plan`), so a stage may check more than
+planned (`stage_plan` below), so a stage may check more than
 the core knows (auto-replay checks `outcome_scorers` against `wt_otel.scorers`).
 The receivers read `config.receivers`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from wt_otel.components import PluginError, StageType, UnknownComponent, load_plugin, names
 from wt_otel.ingest.flags import FlaggerConfig, FlagRule, default_flag_rules
 from wt_otel.serve.receivers.config import ReceiversConfig
 
@@ -190,8 +192,6 @@ def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None
         config = ServeConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{where}: {_problems(e)}") from None
-    from wt_otel.serve.server import StageConfigError, stage_plan  # the stages' own config models
-
     try:
         stage_plan(config)
     except StageConfigError as e:
@@ -201,3 +201,63 @@ def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None
 
 def _problems(e: ValidationError, prefix: str = "") -> str:
     return "; ".join(f"{prefix}{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors())
+
+
+# ---------------------------------------------------------------- the stage plan
+
+
+class StageConfigError(ValueError):
+    """`pipeline.stages` names a stage that is not installed, is out of order, or whose section is invalid."""
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    name: str
+    type: StageType
+    config: Any  # the section, validated by the stage's config model (the raw value when it has none)
+
+
+def _section(config: ServeConfig, stage: StageType) -> Any:
+    key = stage.config_key
+    if key in ServeConfig.model_fields:
+        return getattr(config, key)
+    return config.pipeline.settings.get(key, {})
+
+
+def _validated(stage: StageType, raw: Any) -> Any:
+    model: type[BaseModel] | None = stage.config_model
+    if model is None or isinstance(raw, model):
+        return raw
+    data = raw.model_dump() if isinstance(raw, BaseModel) else raw
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        prefix = f"{stage.config_key}." if stage.config_key in ServeConfig.model_fields else \
+            f"pipeline.settings.{stage.config_key}."
+        raise StageConfigError("; ".join(f"{prefix}{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+                                         for err in e.errors())) from None
+
+
+def stage_plan(config: ServeConfig) -> list[PlannedStage]:
+    """`pipeline.stages` resolved and checked: each stage loaded, in a valid order, its section validated.
+
+    Order rule: records stages, then exactly one assembler, then session stages.
+    """
+    plan: list[PlannedStage] = []
+    for name in config.pipeline.stages:
+        try:
+            stage: StageType = load_plugin("stages", name)
+        except (UnknownComponent, PluginError) as exc:
+            raise StageConfigError(f"pipeline.stages: {exc}") from None
+        plan.append(PlannedStage(name, stage, _validated(stage, _section(config, stage))))
+    kinds = [p.type.kind for p in plan]
+    if kinds.count("assembler") != 1:
+        raise StageConfigError(f"pipeline.stages: name exactly one assembler stage (got {kinds.count('assembler')}; "
+                               f"installed stages: {', '.join(names('stages'))})")
+    at = kinds.index("assembler")
+    wrong = [p.name for p in plan[:at] if p.type.kind != "records"] + \
+        [p.name for p in plan[at + 1:] if p.type.kind != "session"]
+    if wrong:
+        raise StageConfigError(f"pipeline.stages: {', '.join(wrong)} out of place: records stages go before the "
+                               "assembler, session stages after it")
+    return plan

@@ -26,84 +26,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from wt_otel.components import (
     CompletedSession,
     PluginError,
     StageContext,
-    StageType,
-    UnknownComponent,
     check_plugin,
-    load_plugin,
-    names,
 )
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
-from wt_otel.serve.config import ServeConfig
+from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 
 log = logging.getLogger("wt_otel.serve.server")
 
 __all__ = ["ServeStartError", "Server", "SessionPipeline", "StageConfigError", "build_pipeline", "stage_plan"]
-
-
-class StageConfigError(ValueError):
-    """`pipeline.stages` names a stage that is not installed, is out of order, or whose section is invalid."""
-
-
-@dataclass(frozen=True)
-class PlannedStage:
-    name: str
-    type: StageType
-    config: Any  # the section, validated by the stage's config model (the raw value when it has none)
-
-
-def _section(config: ServeConfig, stage: StageType) -> Any:
-    key = stage.config_key
-    if key in ServeConfig.model_fields:
-        return getattr(config, key)
-    return config.pipeline.settings.get(key, {})
-
-
-def _validated(stage: StageType, raw: Any) -> Any:
-    model: type[BaseModel] | None = stage.config_model
-    if model is None or isinstance(raw, model):
-        return raw
-    data = raw.model_dump() if isinstance(raw, BaseModel) else raw
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        prefix = f"{stage.config_key}." if stage.config_key in ServeConfig.model_fields else \
-            f"pipeline.settings.{stage.config_key}."
-        raise StageConfigError("; ".join(f"{prefix}{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
-                                         for err in e.errors())) from None
-
-
-def stage_plan(config: ServeConfig) -> list[PlannedStage]:
-    """`pipeline.stages` resolved and checked: each stage loaded, in a valid order, its section validated.
-
-    Order rule: records stages, then exactly one assembler, then session stages.
-    """
-    plan: list[PlannedStage] = []
-    for name in config.pipeline.stages:
-        try:
-            stage: StageType = load_plugin("stages", name)
-        except (UnknownComponent, PluginError) as exc:
-            raise StageConfigError(f"pipeline.stages: {exc}") from None
-        plan.append(PlannedStage(name, stage, _validated(stage, _section(config, stage))))
-    kinds = [p.type.kind for p in plan]
-    if kinds.count("assembler") != 1:
-        raise StageConfigError(f"pipeline.stages: name exactly one assembler stage (got {kinds.count('assembler')}; "
-                               f"installed stages: {', '.join(names('stages'))})")
-    at = kinds.index("assembler")
-    wrong = [p.name for p in plan[:at] if p.type.kind != "records"] + \
-        [p.name for p in plan[at + 1:] if p.type.kind != "session"]
-    if wrong:
-        raise StageConfigError(f"pipeline.stages: {', '.join(wrong)} out of place: records stages go before the "
-                               "assembler, session stages after it")
-    return plan
 
 
 @dataclass
