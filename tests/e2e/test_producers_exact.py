@@ -75,6 +75,17 @@ def _wanted(session: dict[str, Any]) -> dict[str, Any]:
 CONTENT_OFF = {
     "bedrock-openllmetry/dump-metrics-off.otlp.jsonl",  # OpenLLMetry bedrock with TRACELOOP_METRICS_ENABLED=false
 }
+# ... and in which not even the tool spans hold arguments or results: nothing to import, and the import says why.
+NOTHING = {
+    "google-adk/dump-default-no-content.otlp.jsonl": "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+}
+
+
+@pytest.mark.parametrize("dump", sorted(NOTHING))
+def test_producer_without_any_content_imports_nothing_and_names_the_setting(dump: str, tmp_path: Path):
+    report = import_dumps([PRODUCERS / dump], load("exporters", "scenario-dir")(tmp_path))
+    assert report.written == [] and report.errors == []
+    assert report.why_none and "content capture is off" in report.why_none and NOTHING[dump] in report.why_none
 
 
 @pytest.mark.parametrize("dump", sorted(CONTENT_OFF))
@@ -95,7 +106,7 @@ def test_producer_without_content_is_said_so_and_keeps_the_witnessed_calls(dump:
                                for s in expected["sessions"] for t in s["turns"] for c in t["tool_calls"])
 
 
-@pytest.mark.parametrize("dump", [d for d in _dumps() if d not in CONTENT_OFF])
+@pytest.mark.parametrize("dump", [d for d in _dumps() if d not in CONTENT_OFF and d not in NOTHING])
 def test_producer_imports_to_exactly_the_recorded_sessions(dump: str, tmp_path: Path):
     path = PRODUCERS / dump
     expected = json.loads((path.parent / "expected.json").read_text())

@@ -18,7 +18,7 @@ from wt_otel._util.fsutil import DirectoryExists, unique_slug
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
 from wt_otel.ingest.flags import FlagRules
-from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations
+from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations, witnessed
 from wt_otel.model.session import Session, ToolExecution
 
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
@@ -134,7 +134,7 @@ def import_dumps(
             unnamed: list[Session] = []  # no conversation id: may continue one another (held to the end)
             for group in grouper.groups():
                 session = build_session(group, flag_rules=flag_rules)
-                if session is not None and (session.messages or session.witnessed_calls):
+                if session is not None and (session.messages or any(map(witnessed, session.witnessed_calls))):
                     if session.conversation_id:
                         yield session
                     else:

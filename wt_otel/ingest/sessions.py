@@ -383,6 +383,10 @@ def _correlate(session: Session) -> None:
             ex.correlation = "name_order"
             if not ex.tool_call_id or ex.tool_call_id not in by_id:
                 ex.tool_call_id = part["id"]
+    if calls:
+        # a tool span that witnessed nothing and answers no tool call is bookkeeping, not a call
+        # (Google ADK's "execute_tool (merged)" span beside the real ones of a parallel response)
+        session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.correlation != "none" or witnessed(ex)]
     responses = {p.get("id"): p for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
     for ex in session.witnessed_calls:
         part = by_id.get(ex.tool_call_id or "")
@@ -396,6 +400,11 @@ def _correlate(session: Session) -> None:
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")
+
+
+def witnessed(ex: ToolExecution) -> bool:
+    """Whether a tool span recorded anything about the call beyond its name."""
+    return ex.result is not None or ex.error is not None or ex.args not in ({}, None, "")
 
 
 def _check_content(session: Session) -> None:
