@@ -252,12 +252,15 @@ def merge_continuations(sessions: list[Session]) -> list[Session]:
     """Join sessions that continue one another without a conversation id.
 
     Runners that make each user turn its own trace (and carry no session id) resend the history:
-    a session whose user and assistant texts begin with all of an earlier session's is that
-    session, continued. The earlier one's messages are kept (later views may drop tool items)."""
+    a session whose user and assistant texts begin with all of an earlier session's (same service,
+    started after it ended) is that session, continued. The earlier one's messages are kept (later
+    views may drop tool items). Two users who opened with the same words and got the same answer
+    would be joined too: producers that carry a session id never are."""
     out: list[Session] = []
     for s in sorted(sessions, key=lambda x: x.started_ns):
         proj = _projection(s.messages)
         parent = next((p for p in reversed(out) if not p.conversation_id and not s.conversation_id
+                       and p.service_name == s.service_name and p.ended_ns <= s.started_ns
                        and 0 < len(pp := _projection(p.messages)) < len(proj) and proj[:len(pp)] == pp), None)
         if parent is None:
             out.append(s)

@@ -87,7 +87,7 @@ def test_a_setup_only_trace_is_no_session():
 
 def test_per_turn_traces_without_an_id_continue_one_another():
     first = build_session([span("1", 0, "chat", [msg("user", ASK)], [msg("assistant", ANSWER)], trace="a")])
-    second = build_session([span("2", 9, "chat", [msg("user", ASK), msg("assistant", ANSWER), msg("user", "Oslo?")],
+    second = build_session([span("2", 20, "chat", [msg("user", ASK), msg("assistant", ANSWER), msg("user", "Oslo?")],
                                  [msg("assistant", "Snow.")], trace="b")])
     other = build_session([span("3", 5, "chat", [msg("user", "Unrelated")], [msg("assistant", "Ok.")], trace="c")])
     merged = merge_continuations([second, other, first])
