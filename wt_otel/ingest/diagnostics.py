@@ -65,7 +65,7 @@ def content_setting(span: SpanRecord) -> str:
     if "openinference" in scope or "openinference.span.kind" in a:
         return ("OpenInference: unset OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS / "
                 "OPENINFERENCE_HIDE_INPUT_MESSAGES / OPENINFERENCE_HIDE_OUTPUT_MESSAGES (TraceConfig)")
-    if scope.startswith("anthropic") or scope == "anthropic":
+    if "anthropic" in scope and "instrumentation" not in scope:  # the SDK's own spans (com.anthropic.sdk.python)
         return "Anthropic SDK spans: ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE=content"
     if any(k.startswith("traceloop.") for k in a) or "llm.request.type" in a or "traceloop" in scope:
         return "OpenLLMetry: TRACELOOP_TRACE_CONTENT=true (Traceloop.init(trace_content=True))"

@@ -17,7 +17,7 @@ def span(scope: str = "", name: str = "chat m", **attrs) -> SpanRecord:
     (span("opentelemetry.instrumentation.openai_v2"), "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"),
     (span("openinference.instrumentation.langchain", **{"openinference.span.kind": "LLM"}), "OPENINFERENCE_HIDE_"),
     (span("opentelemetry.instrumentation.openai.v1", **{"llm.request.type": "chat"}), "TRACELOOP_TRACE_CONTENT"),
-    (span("anthropic"), "ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE=content"),
+    (span("com.anthropic.sdk.python"), "ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE=content"),
     (span("ai", **{"ai.operationId": "ai.generateText"}), "recordInputs"),
     (span("litellm"), "turn_off_message_logging"),
     (span("pydantic-ai"), "include_content"),
