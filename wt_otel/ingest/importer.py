@@ -133,7 +133,12 @@ def import_dumps(
             yield from ready
             unnamed: list[Session] = []  # no conversation id: may continue one another (held to the end)
             for group in grouper.groups():
-                session = build_session(group, flag_rules=flag_rules)
+                try:
+                    session = build_session(group, flag_rules=flag_rules)
+                except Exception as e:  # noqa: BLE001 - a hostile trace costs its own session only
+                    traces = sorted({r.trace_id for r in group if r.trace_id})
+                    report.errors.append(f"trace {', '.join(traces[:3])}: session not built: {type(e).__name__}: {e}")
+                    continue
                 if session is not None and (session.messages or any(map(witnessed, session.witnessed_calls))):
                     if session.conversation_id:
                         yield session
@@ -143,7 +148,10 @@ def import_dumps(
                 if session is not None:
                     report.empty += 1
                 if len(reasons) < 50:
-                    reasons.append(explain_group(attach_logs(group)))
+                    try:
+                        reasons.append(explain_group(attach_logs(group)))
+                    except Exception:  # noqa: BLE001, S112 - an explanation must not cost the import
+                        continue
             yield from merge_continuations(unnamed)
 
         found: Iterator[Session] | list[Session] = sessions()
@@ -165,8 +173,8 @@ def import_dumps(
                 report.written.append(writer.write(session, slug))
             except DirectoryExists as e:
                 report.errors.append(str(e))
-            except (OSError, ValueError) as e:  # one bad session must not sink the others
-                report.errors.append(f"session {session.key}: not written: {e}")
+            except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
+                report.errors.append(f"session {session.key}: not written: {type(e).__name__}: {e}")
             if progress:
                 progress("sessions", len(report.written))
         if report.found_nothing and not ready:

@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from wt_otel.model.parts import MAX_LITERAL, decode_json, unwrap_mcp
+from wt_otel.model.parts import MAX_LITERAL, as_text, decode_json, unwrap_mcp
 
 ROLE_ALIASES = {
     "human": "user", "user": "user",
@@ -253,12 +253,14 @@ def _part_from_block(b: Any) -> list[dict[str, Any]]:
     if isinstance(b, str):
         return _text_parts(b)
     if not isinstance(b, dict):
-        return [] if b is None else [{"type": "text", "content": str(b)}]
+        return [] if b is None else [{"type": "text", "content": as_text(b)}]
     t = b.get("type")
     if isinstance(t, str):
         if t in _TEXT_TYPES:
             text = b.get("text", b.get("content"))
-            return _text_parts(text) if isinstance(text, str) else []
+            if text is not None and not isinstance(text, str):  # a list/number where text belongs: kept, as JSON
+                return [{"type": "text", "content": as_text(text)}]
+            return _text_parts(text)
         if t in _CALL_TYPES:
             return [_call_part(b.get("call_id") or b.get("id") or b.get("toolCallId") or b.get("tool_call_id"),
                                b.get("name") or b.get("toolName"),

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from wt_otel._util import safejson
+
 CONTRACT_A_PART_TYPES = frozenset({"text", "tool_call", "tool_call_response"})
 
 # Placeholders producers write when content capture is off or scrubbed.
@@ -88,13 +90,19 @@ def text_of(content: Any) -> str | None:
     return None
 
 
+def as_text(value: Any) -> str:
+    """JSON text of any value (huge ints, deep nesting and surrogates included), never raising."""
+    return safejson.dumps(value, indent=False).decode("utf-8")
+
+
 def signature(message: dict[str, Any]) -> tuple:
     """What makes two renderings of a message 'the same turn' (for history de-duplication)."""
     sig: list[tuple[Any, ...]] = []
     for p in message.get("parts", []):
         t = p.get("type")
         if t == "text":
-            sig.append(("text", (p.get("content") or "").strip()))
+            content = p.get("content") or ""
+            sig.append(("text", content.strip() if isinstance(content, str) else _canon(content)))
         elif t == "tool_call":
             sig.append(("tool_call", p.get("name"), _canon(p.get("arguments"))))
         elif t == "tool_call_response":
@@ -108,7 +116,10 @@ def _canon(value: Any) -> str:
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str).decode()
     except (TypeError, orjson.JSONEncodeError):  # e.g. integers beyond 64 bits
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        try:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+        except (ValueError, RecursionError):  # nested deeper than the stack: still a stable signature
+            return safejson.dumps(value, indent=False).decode("utf-8")
 
 
 def canonical_json(value: Any) -> str:
