@@ -134,12 +134,9 @@ def _decode(value: Any) -> Any:
         return value
     s = value.strip()
     if s[:1] in "{[\"" or s in ("null", "true", "false") or s[:1].isdigit() or s[:1] == "-":
-        try:
-            return orjson.loads(s)
-        except orjson.JSONDecodeError:
-            decoded, ok = decode_json(s)  # what orjson refuses (NaN, big ints) the stdlib may read
-            if ok:
-                return decoded
+        decoded, ok = decode_json(s)  # the stdlib: orjson turns integers beyond 64 bits into floats
+        if ok:
+            return decoded
     if s[:1] in "{[(" or _REPR_HEAD.match(s):
         decoded, ok = parse_literal(s)
         if ok:
@@ -574,9 +571,8 @@ def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | N
         if role == default_role and n < len(text) and text[n - 1] == "," and text.startswith(seen[:-1]):
             head, tail = messages, "[" + text[n:]
             break
-    try:
-        data = orjson.loads(tail)
-    except orjson.JSONDecodeError:
+    data, ok = decode_json(tail)
+    if not ok:
         return None
     if not isinstance(data, list):
         return None

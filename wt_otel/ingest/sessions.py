@@ -394,9 +394,11 @@ def _correlate(session: Session) -> None:
     for ex in session.witnessed_calls:
         part = by_id.get(ex.tool_call_id or "")
         if part is not None and ex.correlation != "none":
-            # Arguments: the model call's tool call is what the agent asked for; a framework's tool span
-            # often logs a wrapper or a string. Results: the tool span witnessed them, else the transcript.
-            if isinstance(part.get("arguments"), dict) and not part.get("arguments_undecodable"):
+            # Arguments: where the tool span logged no object (a framework's string or unknown wrapper), the
+            # model call's tool call says what the agent asked for. Results: the tool span witnessed them,
+            # else the transcript.
+            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and part.get("arguments"))) \
+                    and isinstance(part.get("arguments"), dict) and not part.get("arguments_undecodable"):
                 ex.args, ex.args_decoded = part["arguments"], True
             if ex.result is None and part["id"] in responses:
                 ex.result = responses[part["id"]].get("response")
