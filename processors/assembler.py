@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 from wt_otel._util.sizeof import record_bytes
 from wt_otel.components import StageContext, StageType
+from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
@@ -122,6 +123,7 @@ class SessionAssembler:
         emitted: set[str] = set()
         self._emitted: set[str] | None = None if is_written else emitted  # without a store, remember keys here
         self._is_written = is_written or emitted.__contains__
+        self._warned: OrderedDict[str, set[str]] = OrderedDict()  # warnings already logged, per session key
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         self._root_ended: set[str] = set()
@@ -328,6 +330,7 @@ class SessionAssembler:
                     session.warnings.append(
                         "merged with session(s) written on their own before the shared conversation id was seen: "
                         + ", ".join(group.absorbed))
+                self._report(session)
                 self.sink(session, spans)
                 if self._emitted is not None:
                     self._emitted.add(group.key)
@@ -335,6 +338,12 @@ class SessionAssembler:
             log.exception("session %s: not written", group.key)
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
+
+    def _report(self, session: Session) -> None:
+        """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
+        for d in fresh_diagnostics(session, self._warned):
+            log.warning("session %s: %s", session.key, d["message"])
+            self.metrics.inc("wt_otel_session_warnings_total", kind=d["kind"])
 
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:
