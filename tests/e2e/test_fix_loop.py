@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import fake_openai
@@ -55,12 +53,9 @@ def decide(messages: list[dict], tools_offered: bool) -> dict:
 
 
 @pytest.fixture
-def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr(fake_openai, "decide", decide)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), fake_openai.Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+def provider() -> Iterator[str]:
+    server, port = fake_openai.start_server(decide_fn=decide)
+    yield f"http://127.0.0.1:{port}/v1"
     server.shutdown()
     server.server_close()
 

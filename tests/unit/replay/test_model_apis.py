@@ -170,3 +170,22 @@ def test_agents_sdk_on_its_default_responses_model_replays(server, streamed):
 
     assert asyncio.run(run()) == ANSWER
     assert log(server) == [("exact", 0), ("exact", 1)]
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/responses", {"input": [{"type": "message", "role": "user", "content": [1, 2]}]}),
+    ("/responses", {"input": [{"type": "function_call", "name": {"x": 1}, "arguments": 5}]}),
+    ("/responses", {"input": [{"type": "computer_call"}]}),
+    ("/messages", {"messages": [{"role": "user", "content": 7}]}),
+    ("/messages", {"messages": [{"role": "tool", "content": "x"}]}),
+    ("/messages", {"system": 5, "messages": []}),
+    ("/messages", {"messages": [], "tools": [{"input_schema": {}, "name": 3}]}),
+    ("/messages", "[" * 100_000 + "]" * 100_000),
+])
+def test_hostile_bodies_are_400s_naming_the_problem(server, route, body):
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    request = urllib.request.Request(server.base_url + route, data=data, headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == 400 and b"invalid request body" in err.value.read()
+    assert all(e["event"] != "llm_call" for e in server.call_log())

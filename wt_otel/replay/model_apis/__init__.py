@@ -90,12 +90,14 @@ def serve_api(owner: Any, handler: Any, api: ModelApi, raw: bytes) -> None:
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         chat = api.to_chat(body)
-    except ValueError as exc:
+        reply = owner.replay.answer(chat)
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        # hostile or unknown shapes are the request's fault, said as such, never a traceback
         _send_json(handler, 400, api.error_body(400, {
-            "message": f"invalid request body: {exc}", "type": "invalid_request_error", "param": None,
+            "message": f"invalid request body: {type(exc).__name__}: {exc}" if not isinstance(exc, ValueError)
+            else f"invalid request body: {exc}", "type": "invalid_request_error", "param": None,
             "code": "invalid_request"}), retry=False)
         return
-    reply = owner.replay.answer(chat)
     if owner.on_call and reply.entry:
         owner.on_call({**reply.entry, "api": api.NAME})
     call = reply.call

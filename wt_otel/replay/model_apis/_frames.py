@@ -41,8 +41,8 @@ def text_of(content: Any, kinds: tuple[str, ...]) -> str | None:
     """A string, or the text parts of a content list joined; None when there is no text."""
     if content is None or isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        raise ValueError("content must be a string or an array of content parts")
+    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
+        raise ValueError("content must be a string or an array of content part objects")
     texts = [str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") in kinds]
     return "".join(texts) if texts else None
 

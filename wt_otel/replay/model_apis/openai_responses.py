@@ -47,6 +47,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             messages.append({"role": "system" if role == "developer" else role,
                              "content": text_of(item.get("content"), _TEXT)})
         elif kind == "function_call":
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments", ""), str):
+                raise ValueError("a function_call item needs a string name and string arguments")
             call = {"id": item.get("call_id") or "", "type": "function",
                     "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
             last = messages[-1] if messages else None
