@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.support.llm_calls import ASK, CALLS, SYSTEM, cassette
+from tests.support.producers import FIRST_ANSWER  # also puts the fake provider (fake_openai) on sys.path
 from wt_otel.cli import main
 from wt_otel.contracts.run import load_trace
 
@@ -94,3 +95,27 @@ def test_a_target_that_is_not_an_agent_is_a_usage_error(workdir: Path):
     res = CliRunner().invoke(main, ["run", "sc", "--runtime", "openai-agents:crm_agent_mod:client_lookup",
                                     "--universe-port", "0"])
     assert res.exit_code == 2 and "expected an agents.Agent" in res.output, res.output
+
+
+def test_record_through_the_runtime_then_replay_hermetically(workdir: Path):
+    """--llm record points the agent's default (Responses) model at the recording proxy, without code
+    changes; the recorded cassette then replays the same agent with zero divergence."""
+    from fake_openai import start_server
+
+    (workdir / "sc" / "llm.cassette.json").unlink()
+    (workdir / "crm_agent_rec.py").write_text((workdir / "crm_agent_mod.py").read_text())
+    server, port = start_server()
+    try:
+        res = CliRunner().invoke(main, ["run", "sc", "--runtime", "openai-agents:crm_agent_rec:agent", "--llm",
+                                        "record", "--llm-upstream", f"http://127.0.0.1:{port}/v1",
+                                        "--universe-port", "0", "--llm-port", "0", "--runs-dir", "runs"],
+                                 catch_exceptions=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.exit_code == 0, res.output
+    assert not (workdir / "LIVE_TOOL_RAN").exists()
+    code, out, traces = run(workdir, "openai-agents:crm_agent_rec:agent")
+    assert code == 0, out
+    assert traces[-1].turns[0].reply == FIRST_ANSWER
+    assert [c.match for c in traces[-1].llm_calls] == ["exact", "exact"]
