@@ -34,3 +34,14 @@ def test_async_two_argument_function():
 def test_callable_object_with_one_argument_and_lambda_with_two():
     assert PythonRuntime(Stateful()).inject("s", "hi").reply == "HI"
     assert call_agent(lambda text, sid: (sid, []), "t", "s9") == ("s9", [])
+
+
+def test_run_help_states_the_python_contract_and_the_llm_default():
+    from click.testing import CliRunner
+
+    from wt_otel.cli import main
+
+    text = " ".join(CliRunner().invoke(main, ["run", "--help"], terminal_width=200).output.split())
+    assert "agent(text) or agent(text, session_id)" in text and "plain or async" in text
+    assert "openai-agents:MODULE:ATTR" in text
+    assert "auto, the default here and in serve's auto-replay alike" in text
