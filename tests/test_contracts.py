@@ -186,7 +186,7 @@ def trace() -> dict[str, Any]:
         "turns": [{"text": "Which client?", "reply": "Bluewing.", "latency_ms": 12.5,
                    "tool_calls": [{"name": "client_lookup", "arguments": {"query": "Bluewing"}}]}],
         "mcp_calls": [{"tool_name": "client_lookup", "args": {"query": "Bluewing"}, "result": {"id": 7},
-                       "match": "exact", "divergence": None, "is_error": False, "timestamp_ms": 1783418400000}],
+                       "match": "exact", "is_error": False, "timestamp_ms": 1783418400000}],
         "evidence": {"witness": "available", "llm": "live"},
         "integrity": {"status": "PASS"},
     }

@@ -25,6 +25,8 @@ from wt_otel.replay.selection import selection_options
               help="replay: serve each scenario's llm.cassette.json as an OpenAI-compatible API.")
 @click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="How the cassette server matches requests (with --llm replay).")
+@click.option("--pace", is_flag=True,
+              help="With --llm replay: replay the recorded latencies (time to first token, gaps between frames).")
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
 @click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
@@ -46,7 +48,7 @@ from wt_otel.replay.selection import selection_options
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: str, llm_match: str, pace: bool, universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -105,6 +107,10 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     except (NoScenarios, RuntimeSpecError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
+    if pace and llm != "replay":
+        runtime.close()
+        click.echo("error: --pace applies to --llm replay only (it paces the recorded LLM)", err=True)
+        ctx.exit(2)
     if inject_url and runtime.name != "http_inject":
         click.echo("error: --inject-url applies to --runtime http_inject only", err=True)
         ctx.exit(2)
@@ -128,7 +134,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
                       transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("starting", total=None)
             options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
-                                 llm_match=llm_match, universe_port=universe_port,
+                                 llm_match=llm_match, pace=pace, universe_port=universe_port,
                                  llm_port=llm_port, label=label, emit=click.echo,
                                  progress=lambda text: bar.update(task, description=text),
                                  selection=selection.to_dict())

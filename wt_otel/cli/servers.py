@@ -29,12 +29,12 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None
 
     from wt_otel.contracts.problems import ContractError
     from wt_otel.replay.mcp_server import UniverseMCPServer
-    from wt_otel.replay.universe import RecordedUniverse
+    from wt_otel.replay.universe import RecordedUniverse, divergence_of
 
     def show(entry: dict) -> None:
         args = json.dumps(entry["args"], ensure_ascii=False)
         flag = " ERROR" if entry["is_error"] else ""
-        div = " DIVERGENCE" if entry["divergence"] else ""
+        div = " DIVERGENCE" if divergence_of(entry) else ""
         click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}")
 
     try:

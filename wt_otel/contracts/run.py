@@ -49,10 +49,32 @@ class McpCall(ContractModel):
     result: Any = None
     match: str = Field(description="exact, keyed, or the miss policy that answered (fail_call, empty, nearest, "
                                    "synthesize)")
-    divergence: dict[str, Any] | None = Field(None, description="on a miss: {policy, matched, ...}")
+    extra: dict[str, Any] | None = Field(
+        None, description="runtime-only evidence; on a miss `divergence: {policy, matched, ...}` (the spec's place)")
     is_error: bool = False
     timestamp_ms: int | None = None
     recording: int | None = Field(None, description="index of the recording that answered")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _divergence_into_extra(cls, data: Any) -> Any:
+        """Traces written before the spec's `extra.divergence` carried a top-level `divergence`: read both,
+        keep one place."""
+        if isinstance(data, dict) and "divergence" in data:
+            data = dict(data)
+            legacy = data.pop("divergence")
+            extra = dict(data.get("extra") or {})
+            if legacy is not None and extra.get("divergence") is None:
+                extra["divergence"] = legacy
+            if extra:
+                data["extra"] = extra
+        return data
+
+    @property
+    def divergence(self) -> dict[str, Any] | None:
+        """On a miss: {policy, matched, ...} (from `extra.divergence`)."""
+        found = (self.extra or {}).get("divergence")
+        return found if isinstance(found, dict) else None
 
 
 class LlmCall(ContractModel):

@@ -53,6 +53,8 @@ class LLMCall:
     content_captured: bool = True
     is_transcript: bool = False
     conversation_id: str | None = None
+    # first-token latency from the telemetry (GenAI / OpenLLMetry attribute, OpenInference event); None: unknown
+    ttfb_ms: float | None = None
 
 
 Observation = LLMCall | ToolExecution

@@ -78,6 +78,7 @@ class RunOptions:
     runs: int | None = None  # overrides each scenario's `runs`
     llm: LlmMode = "live"
     llm_match: MatchMode = "exact"
+    pace: bool = False  # with llm="replay": replay the recorded latencies (historical latency emulation)
     universe_port: int | None = None
     llm_port: int | None = None
     label: str | None = None
@@ -196,7 +197,8 @@ class ScenarioServers:
         self.cassette: CassetteServer | None = None
         if loaded.cassette is not None:
             llm_port = LLM_PORT if options.llm_port is None else options.llm_port
-            self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match)
+            self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match,
+                                          pace=options.pace)
         self.universe_url: str | None = None
         self.llm_url: str | None = None
 

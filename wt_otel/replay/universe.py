@@ -257,10 +257,12 @@ class RecordedUniverse:
             "result": answer.result,
             "match": answer.match,
             "recording": answer.recording,
-            "divergence": answer.divergence,
             "is_error": answer.is_error,
             "timestamp_ms": int(time.time() * 1000),
         }
+        if answer.divergence is not None:
+            # the spec's place (recording-a-universe.md): call_log() entry extra={"divergence": {...}}
+            entry["extra"] = {"divergence": answer.divergence}
         if answer.is_error:
             rec = self.universe.recordings[answer.recording] if answer.recording is not None else None
             entry["error"] = rec.error if rec is not None else NO_RECORDED_RESULT
@@ -268,8 +270,8 @@ class RecordedUniverse:
         return entry
 
     def call_log(self) -> list[dict[str, Any]]:
-        """Every call of this run, in order: recording-shaped plus `match`, `recording`, `divergence`,
-        `is_error`, `timestamp_ms` (and `error` when the agent was answered with an error)."""
+        """Every call of this run, in order: recording-shaped plus `match`, `recording`, `is_error`,
+        `timestamp_ms`, `extra.divergence` on a miss (and `error` when the agent was answered with an error)."""
         with self._lock:
             return [dict(e) for e in self._log]
 
@@ -278,6 +280,14 @@ class RecordedUniverse:
         with self._lock:
             self._log.clear()
             self._consumed.clear()
+
+
+def divergence_of(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A call-log entry's divergence evidence: the spec's `extra.divergence`, or the top-level
+    `divergence` that wt-otel wrote before (older traces and logs are still read)."""
+    extra = entry.get("extra")
+    found = extra.get("divergence") if isinstance(extra, Mapping) else None
+    return found if found is not None else entry.get("divergence")
 
 
 def _flat_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
@@ -314,7 +324,7 @@ def freeze_universe(
     recordings: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str, str]] = set()
     for entry in call_log:
-        if entry.get("divergence") and not include_divergent:
+        if divergence_of(entry) and not include_divergent:
             continue
         rec: dict[str, Any] = {"tool_name": entry["tool_name"], "args": entry.get("args") or {},
                                "result": entry.get("result")}

@@ -34,7 +34,7 @@ from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
 from wt_otel.scoring.assertions import Assertion, evaluate, parse_assertions
 from wt_otel.scoring.evidence import EvidenceView, from_trace
-from wt_otel.scoring.scorers import run_scorer
+from wt_otel.scoring.scorers import constraint_capture, run_scorer
 
 SCORE_SUFFIX = ".score.json"
 OUTCOME_FN = "outcome"
@@ -113,7 +113,9 @@ def _structure(trace: Trace, view: EvidenceView, scenario: Scenario) -> LayerRes
     return None
 
 
-def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> LayerResult:
+def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks,
+                  constraint: list[LayerResult] | None = None) -> LayerResult:
+    """The outcome; constraint-layer predicates the scorer calls (no_divergence) land in `constraint`."""
     broken = _structure(trace, view, checks.scenario)
     if broken is not None:
         return broken
@@ -122,7 +124,10 @@ def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> L
         results.append(LayerResult(passed=False, detail=checks.outcome_error))
     elif checks.outcome_fn is not None:
         label = checks.scenario.scorer
-        scored = run_scorer(checks.outcome_fn, trace, f"{label}:{OUTCOME_FN}")
+        with constraint_capture() as diverted:
+            scored = run_scorer(checks.outcome_fn, trace, f"{label}:{OUTCOME_FN}")
+        if constraint is not None:
+            constraint += [LayerResult(passed=r.passed, detail=f"{label}: {r.detail}") for r in diverted]
         said = scored.detail or ("passed" if scored.passed else "failed")
         results.append(LayerResult(passed=scored.passed, detail=f"{label}: {said}"))
     results += [r for _, r in evaluate(checks.by_layer("outcome"), view, trace)]
@@ -148,8 +153,9 @@ def trajectory_layer(view: EvidenceView, checks: ScenarioChecks) -> LayerResult 
     return _combine(results) if results else None
 
 
-def constraint_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> LayerResult | None:
-    results = [r for _, r in evaluate(checks.by_layer("constraint"), view, trace)]
+def constraint_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks,
+                     from_scorer: Sequence[LayerResult] = ()) -> LayerResult | None:
+    results = [r for _, r in evaluate(checks.by_layer("constraint"), view, trace)] + list(from_scorer)
     return _combine(results) if results else None
 
 
@@ -162,9 +168,12 @@ def score_run(trace: Trace, checks: ScenarioChecks | None, trace_path: Path | No
     if checks is not None and trace.integrity.status != "ERROR":
         view = from_trace(trace)
         gate = checks.scenario.gate()
-        layers["outcome"] = outcome_layer(trace, view, checks)
+        diverted: list[LayerResult] = []
+        layers["outcome"] = outcome_layer(trace, view, checks, diverted)
+        if diverted and "constraint" not in gate:  # a policy in scorer.py is a declared policy, as in YAML
+            gate = [g for g in ("outcome", "trajectory", "constraint") if g in {*gate, "constraint"}]
         for name, result in (("trajectory", trajectory_layer(view, checks)),
-                             ("constraint", constraint_layer(trace, view, checks))):
+                             ("constraint", constraint_layer(trace, view, checks, diverted))):
             if result is not None:
                 layers[name] = result
         for name in gate:  # a widened gate over a layer with nothing declared: say so, do not fake a pass
