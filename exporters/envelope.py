@@ -28,8 +28,10 @@ def object_args(args: Any) -> dict[str, Any]:
     return args if isinstance(args, dict) else {"_raw_arguments": args}
 
 
-def source_ref(session: Session) -> str:
-    return session.flag_ref or session.trace_ids[0]
+def source_ref(session: Session) -> str | None:
+    """The incident ref, else the first trace id; None when there is neither (an envelope without
+    source.ref): no origin is invented."""
+    return session.flag_ref or (session.trace_ids[0] if session.trace_ids else None)
 
 
 def envelope(session: Session) -> dict[str, Any]:
@@ -48,7 +50,7 @@ def envelope(session: Session) -> dict[str, Any]:
         "windtunnel_interchange": 1,
         "otel_genai_mapping": OTEL_GENAI_MAPPING,
         "source": {
-            "ref": source_ref(session),
+            **({"ref": source_ref(session)} if source_ref(session) else {}),
             "system": session.service_name or "otlp",
             "captured_at": iso(session.ended_ns),
         },

@@ -127,6 +127,8 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
         ctx.exit(1)
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for path in report.written:
         click.echo(f"wrote {path}")
     click.echo(f"{report.records:,} records, {report.sessions} session(s), {len(report.written)} written"

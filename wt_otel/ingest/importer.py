@@ -37,6 +37,7 @@ class ImportReport:
     records: int = 0
     sessions: int = 0
     skipped: int = 0  # sessions not selected by --trace-id / --flagged-only
+    warnings: list[str] = field(default_factory=list)  # written, but with something the user should know
 
     @property
     def ok(self) -> bool:
@@ -47,8 +48,10 @@ def session_from_envelope(env: dict[str, Any], name: str) -> Session:
     """A Session from a Contract A envelope (already validated)."""
     source = env.get("source") or {}
     prov = env.get("provenance") or {}
-    ref = source.get("ref") or name
-    s = Session(key=str(ref), trace_ids=list(prov.get("trace_ids") or [str(ref)]))
+    ref = source.get("ref")
+    # without source.ref there is no origin: never invent one from the file name (0001: source is the
+    # producer's own provenance, "null when the scenario wasn't seeded from a trace")
+    s = Session(key=str(ref or name), trace_ids=list(prov.get("trace_ids") or ([str(ref)] if ref else [])))
     s.messages = [dict(m) for m in env["messages"]]
     s.tool_definitions = list(env.get("tool_definitions") or [])
     s.system_instructions = list(env.get("system_instructions") or [])
@@ -63,7 +66,13 @@ def session_from_envelope(env: dict[str, Any], name: str) -> Session:
     s.service_name = source.get("system")
     s.flagged, s.flag_ref = bool(source.get("ref")), source.get("ref")
     s.dialects = ["wtin"]
+    if not ref:
+        s.warnings.append(NO_REF_WARNING)
     return s
+
+
+NO_REF_WARNING = ("the envelope has no source.ref: the scenario carries no origin:<ref> tag and its ledger "
+                  "rows no origin (add source.ref to the envelope to trace results back to the incident)")
 
 
 def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
@@ -78,7 +87,10 @@ def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
     if problems:
         report.errors.extend(f"{path}: {p}" for p in problems)
         return
-    yield session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
+    session = session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
+    if NO_REF_WARNING in session.warnings:
+        report.warnings.append(f"{path}: {NO_REF_WARNING}")
+    yield session
 
 
 def import_dumps(
