@@ -34,11 +34,14 @@ class Turn(ContractModel):
     tool_calls: list[ToolCall] = Field(description="the tool calls the agent reported, in invocation order")
     latency_ms: float = Field(ge=0, description="wall time of the inject call")
     error: str | None = Field(None, description="the agent-level error verbatim (the turn is still scored)")
+    model: str | None = Field(None, description="the model the endpoint reported answering with (live runs)")
+    quant: str | None = Field(None, description="its quantization, when the endpoint reported one")
 
     @classmethod
     def from_result(cls, text: str, result: TurnResult) -> Turn:
+        extra = {k: v for k, v in (("model", result.model), ("quant", result.quant)) if v}
         return cls(text=text, reply=result.reply, tool_calls=result.tool_calls, latency_ms=result.latency_ms,
-                   error=result.error)
+                   error=result.error, **extra)
 
 
 class McpCall(ContractModel):

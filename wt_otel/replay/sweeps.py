@@ -28,6 +28,7 @@ from wt_otel.components import load as load_component
 from wt_otel.contracts.results import LAYERS, RunScore, ScenarioResult, SweepResult
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
 from wt_otel.replay.selection import Candidate, Selected, Selection, select
+from wt_otel.scoring.triage import triage
 
 if TYPE_CHECKING:  # the runner imports this module
     from wt_otel.replay.runner import ScenarioResult as RunnerScenario
@@ -116,8 +117,11 @@ def scenario_record(result: RunnerScenario, member: Membership, *, label: str | 
     scores: list[RunScore] = list(getattr(result, "scores", None) or [])
     integrity = [t.integrity.status == "PASS" for t in traces]
     model, sampler = model_and_sampler(member.metadata)
-    if model is None:
-        model = next((c.model for t in traces for c in t.llm_calls if c.model), None)
+    if model is None:  # replay: the cassette's model; live: what the endpoint reported answering with
+        model = next((c.model for t in traces for c in t.llm_calls if c.model), None) or next(
+            (turn.model for t in traces for turn in t.turns if turn.model), None)
+    quant = member.metadata.get("quant") or next((turn.quant for t in traces for turn in t.turns if turn.quant),
+                                                 None)
     verdict, detail = result.status, result.detail
     if verdict == "NOT RUN":
         verdict, detail = "ERROR", f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN
@@ -126,7 +130,8 @@ def scenario_record(result: RunnerScenario, member: Membership, *, label: str | 
         detail = f"{detail}; {note}" if detail else note
     fields: dict[str, Any] = {
         "scenario_id": result.id, "pack": member.pack, "owner": member.owner, "label": label,
-        "tags": member.tags, "origin": member.origin, "model": model, "sampler": sampler,
+        "tags": member.tags, "origin": member.origin, "model": model, "quant": quant, "sampler": sampler,
+        "warnings": list(dict.fromkeys(w for t in traces for w in t.warnings)),
         "verdict": verdict, "detail": detail, "runs": len(traces),
         "runs_passed": sum(s.passed for s in scores) if scores else sum(integrity),
         "layer_pass_rates": _rates(scores, integrity), "run_ids": [t.run_id for t in traces],
@@ -139,6 +144,8 @@ def scenario_record(result: RunnerScenario, member: Membership, *, label: str | 
         judged = {k: v for k, v in base.model_dump(exclude_unset=True).items() if v not in (None, [], {})}
         fields = {**fields, **judged, "detail": f"{base.detail}; {note}" if base.detail and note
                   else base.detail or note}
+    judged_scores = scores or (base.scores if isinstance(base, ScenarioResult) else [])
+    fields["triage"] = triage(fields["verdict"], traces, judged_scores)
     return ScenarioResult.model_validate(fields)
 
 

@@ -1,0 +1,1 @@
+"""Helpers shared by tests (a package: `from support.x import y`, tests/ is on sys.path)."""
