@@ -78,6 +78,9 @@ def layer_details(result: ScenarioResult) -> str:
         for name, layer in score.layers.items():
             if not layer.passed:
                 lines.append(f"run {score.run_index} {name}: {layer.detail or 'failed'}")
+    for entry in getattr(result, "robustness", None) or []:
+        lines.append(f"robustness {entry.get('perturbation')}: {'PASS' if entry.get('passed') else 'FAIL'}: "
+                     f"{entry.get('detail', '')}")
     return "\n".join(lines)
 
 

@@ -26,11 +26,12 @@ UNIVERSE: dict[str, Any] = {
 }
 
 
-async def _call(url: str, calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[Any, bool]]:
+async def _call(url: str, calls: list[tuple[str, dict[str, Any]]], timeout_s: float | None
+                ) -> list[tuple[Any, bool]]:
     async with Client(url) as client:
         out = []
         for name, args in calls:
-            res = await client.call_tool(name, args)
+            res = await client.call_tool(name, args, read_timeout_seconds=timeout_s)
             text = "".join(getattr(c, "text", "") for c in res.content)
             out.append((res.structured_content if res.structured_content is not None else text, res.is_error))
         return out
@@ -44,12 +45,17 @@ class UniverseAgent:
     """
 
     def __init__(self, calls: list[tuple[str, dict[str, Any]]] | None = None, *, naive: bool = False,
-                 model: str | None = None, quant: str | None = None) -> None:
+                 model: str | None = None, quant: str | None = None, tool_timeout_s: float | None = None) -> None:
         self.calls = calls if calls is not None else [("lookup_order", {"order_id": "A-1"})]
-        self.naive, self.model, self.quant = naive, model, quant
+        self.naive, self.model, self.quant, self.tool_timeout_s = naive, model, quant, tool_timeout_s
 
     def __call__(self, text: str, session_id: str) -> dict[str, Any]:
-        results = asyncio.run(_call(os.environ[ENV_UNIVERSE_URL], self.calls)) if self.calls else []
+        try:
+            results = asyncio.run(_call(os.environ[ENV_UNIVERSE_URL], self.calls, self.tool_timeout_s)) \
+                if self.calls else []
+        except Exception as exc:  # the tool did not answer in time: an agent-level error, in contract
+            return {"reply": "", "error": f"tool call failed: {type(exc).__name__}: {exc}",
+                    "tool_calls": [{"name": n, "arguments": a} for n, a in self.calls]}
         parts = []
         for (name, _), (result, is_error) in zip(self.calls, results, strict=True):
             empty = result in (None, "", [], {}, {"result": []}, {"result": {}}, {"result": ""})
@@ -68,6 +74,9 @@ class UniverseAgent:
 
     def reset(self) -> None:
         """Stateless: nothing to wipe."""
+
+
+NAIVE = UniverseAgent(naive=True)  # for `--runtime python:support.universe_agent:NAIVE`
 
 
 def write_scenario(root: Path, sid: str, *, universe: Any = UNIVERSE, **fields: Any) -> Path:

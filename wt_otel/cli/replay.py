@@ -27,6 +27,9 @@ from wt_otel.replay.selection import selection_options
               help="How the cassette server matches requests (with --llm replay).")
 @click.option("--pace", is_flag=True,
               help="With --llm replay: replay the recorded latencies (time to first token, gaps between frames).")
+@click.option("--perturb", "perturb", multiple=True, metavar="KIND[:TOOL[:ARG]]",
+              help="A robustness run per flag, for every scenario: error:TOOL[:MESSAGE], empty:TOOL, "
+                   "slow:TOOL[:SECONDS] (TOOL * for all); results in the robustness layer, which joins the gate.")
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
 @click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
@@ -48,7 +51,8 @@ from wt_otel.replay.selection import selection_options
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: str, llm_match: str, pace: bool, universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: str, llm_match: str, pace: bool, perturb: tuple[str, ...],
+         universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -88,6 +92,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     import sys
 
     from wt_otel.contracts.inject import RuntimeSpecError
+    from wt_otel.contracts.perturbation import parse_flag
     from wt_otel.replay.packs import PackError
     from wt_otel.replay.runner import RunOptions, Sweep, load_all
     from wt_otel.replay.runtimes import resolve_runtime
@@ -96,6 +101,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     from wt_otel.replay.sweeps import infer_format, select_scenarios, write_results
 
     try:
+        perturbations = [parse_flag(spec) for spec in perturb]
         fmt = infer_format(fmt, out)
         dirs = find_scenarios(list(paths))
         if (otlp_protocol or otlp_headers) and not otlp_endpoint:
@@ -134,7 +140,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
                       transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("starting", total=None)
             options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
-                                 llm_match=llm_match, pace=pace, universe_port=universe_port,
+                                 llm_match=llm_match, pace=pace, perturbations=perturbations,
+                                 universe_port=universe_port,
                                  llm_port=llm_port, label=label, emit=click.echo,
                                  progress=lambda text: bar.update(task, description=text),
                                  selection=selection.to_dict())

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LAYERS = ("outcome", "trajectory", "constraint", "integrity")
+LAYERS = ("outcome", "trajectory", "constraint", "robustness", "integrity")
 Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
 
 
@@ -62,6 +62,8 @@ class ScenarioResult(_Model):
     gate: list[str] = Field(default_factory=lambda: ["outcome"])
     run_ids: list[str] = Field(default_factory=list)
     scores: list[RunScore] = Field(default_factory=list)
+    robustness: list[dict[str, Any]] = Field(
+        default_factory=list, description="one entry per perturbation run: {perturbation, passed, detail, run_id}")
     duration_s: float = 0.0
 
 

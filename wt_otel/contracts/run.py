@@ -149,6 +149,8 @@ class Trace(ContractModel):
     warnings: list[str] = []
     integrity: Integrity
     timings: Timings = Field(default_factory=Timings)
+    perturbation: dict[str, Any] | None = Field(
+        None, description="a robustness run: the perturbation the universe applied (kind, tool, ...)")
 
 
 def load_trace(data: Any) -> Trace:

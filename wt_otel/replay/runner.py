@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
+from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.results import RunScore
 from wt_otel.contracts.results import ScenarioResult as ScenarioRecord
 from wt_otel.contracts.results import SweepResult as SweepRecord
@@ -88,6 +89,7 @@ class RunOptions:
     progress: Callable[[str], None] | None = None  # "scenario x (1/3), run 2/5", for a live status line
     selection: dict[str, Any] = field(default_factory=dict)  # the selectors that chose the scenarios (recorded)
     ledger: bool = True  # append one row per scenario to <runs_dir>/ledger.ndjsonl at the end of the sweep
+    perturbations: list[Perturbation] = field(default_factory=list)  # `--perturb`: robustness runs for every scenario
 
 
 @dataclass
@@ -102,6 +104,8 @@ class ScenarioResult:
     verdict: ScenarioVerdict | None = None  # None: not run (the circuit breaker tripped first)
     scores: list[RunScore] = field(default_factory=list)  # one per trace, also written as run-<n>.score.json
     record: ScenarioRecord | None = None  # the scored verdict as a results record (pack/owner filled later)
+    perturbed: list[Trace] = field(default_factory=list)  # robustness runs, one per perturbation
+    perturbed_paths: list[Path] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -407,15 +411,40 @@ class Sweep:
                     self._write(result, folder, trace)
                     if trace.integrity.status == "ERROR":
                         break
+                else:
+                    self._robustness(loaded, servers, result, folder, runs)
         finally:
             servers.stop()
         self._judge(result, loaded, skipped=runs - len(result.traces))
         return result
 
+    def _robustness(self, loaded: LoadedScenario, servers: ScenarioServers, result: ScenarioResult, folder: Path,
+                    runs: int) -> None:
+        """One run per perturbation (the scenario's, then `--perturb`'s), after the ordinary runs held."""
+        declared = list(loaded.scenario.perturbations) if loaded.scenario else []
+        for k, perturbation in enumerate(declared + list(self.options.perturbations), 1):
+            self._progress(f"{loaded.id}: robustness {k} ({perturbation.label})")
+            servers.rewind()
+            servers.universe.engine.perturbation = perturbation
+            try:
+                run = _Run(loaded, runs + k, self.options, self.sweep_id)
+                run.drive()
+                trace = run.trace(servers)
+            finally:
+                servers.universe.engine.perturbation = None
+            trace.perturbation = perturbation.to_dict() | {"label": perturbation.label}
+            trace.run_id = f"{self.sweep_id}/{loaded.id}/perturb-{k}"
+            path = folder / f"perturb-{k}{TRACE_SUFFIX}"
+            atomic_write(path, json.dumps(trace.to_dict(), indent=2, ensure_ascii=False) + "\n")
+            result.perturbed.append(trace)
+            result.perturbed_paths.append(path)
+
     def _judge(self, result: ScenarioResult, loaded: LoadedScenario, skipped: int = 0) -> None:
         """Score every run (writing `run-<n>.score.json` beside each trace) and set the scenario's verdict."""
         record = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
-                                result.trace_paths)
+                                result.trace_paths, perturbed=result.perturbed, perturbed_paths=result.perturbed_paths,
+                                extra_perturbations=bool(self.options.perturbations),
+                                universe=loaded.universe)
         if record.verdict == "ERROR" and skipped > 0:
             record.detail = f"{record.detail} ({skipped} later run(s) skipped)"
         result.record, result.scores = record, list(record.scores)

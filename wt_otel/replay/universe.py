@@ -33,9 +33,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from wt_otel.contracts.perturbation import DEFAULT_ERROR, Perturbation
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
 from wt_otel.model.parts import canonical_json
 
@@ -139,6 +140,7 @@ class RecordedUniverse:
         self.universe = universe
         self.synthesize = synthesize
         self.on_call = on_call
+        self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
         self._log: list[dict[str, Any]] = []
         self._consumed: set[int] = set()
@@ -174,12 +176,36 @@ class RecordedUniverse:
         flat = _flat_args(args)
         with self._lock:
             answer = self._answer(tool, flat)
-            entry = self._record(tool, flat, answer)
+            perturbed = self._perturbed(tool, answer)
+            entry = self._record(tool, flat, perturbed or answer)
+            if perturbed is not None and self.perturbation is not None:
+                entry.setdefault("extra", {})["perturbation"] = self.perturbation.to_dict()
+            answer = perturbed or answer
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
             self.on_call(entry)
         return answer
+
+    def _perturbed(self, tool: str, answer: Answer) -> Answer | None:
+        """A robustness run's answer in place of the recorded one (error, empty); None when unperturbed.
+        `slow` keeps the answer: the MCP server waits `delay_for(tool)` before sending it."""
+        p = self.perturbation
+        if p is None or not p.applies_to(tool):
+            return None
+        if p.kind == "error":
+            return Answer({"error": p.message or DEFAULT_ERROR, "tool": tool}, True, answer.match, answer.recording,
+                          answer.divergence)
+        if p.kind == "empty":
+            idx = self._index.get(tool)
+            schema = idx.tool.result_schema if idx is not None and idx.tool is not None else None
+            return Answer(empty_result(schema), False, answer.match, answer.recording, answer.divergence)
+        return replace(answer)  # slow: same answer, marked in the log
+
+    def delay_for(self, tool: str) -> float:
+        """Seconds to wait before answering `tool` (a `slow` perturbation), else 0."""
+        p = self.perturbation
+        return p.delay if p is not None and p.kind == "slow" and p.applies_to(tool) else 0.0
 
     def _answer(self, tool: str, args: dict[str, Any]) -> Answer:
         idx = self._index.get(tool)

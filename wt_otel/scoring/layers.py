@@ -32,8 +32,10 @@ from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, Verdict
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
+from wt_otel.contracts.universe import Universe
 from wt_otel.scoring.assertions import Assertion, evaluate, parse_assertions
 from wt_otel.scoring.evidence import EvidenceView, from_trace
+from wt_otel.scoring.robustness import robustness
 from wt_otel.scoring.scorers import constraint_capture, run_scorer
 
 SCORE_SUFFIX = ".score.json"
@@ -167,7 +169,7 @@ def score_run(trace: Trace, checks: ScenarioChecks | None, trace_path: Path | No
     gate = ["outcome"]
     if checks is not None and trace.integrity.status != "ERROR":
         view = from_trace(trace)
-        gate = checks.scenario.gate()
+        gate = [g for g in checks.scenario.gate() if g != "robustness"]  # judged over the perturbation runs
         diverted: list[LayerResult] = []
         layers["outcome"] = outcome_layer(trace, view, checks, diverted)
         if diverted and "constraint" not in gate:  # a policy in scorer.py is a declared policy, as in YAML
@@ -235,7 +237,9 @@ def _rates(scores: Sequence[RunScore]) -> dict[str, float]:
 
 
 def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path | None, traces: Sequence[Trace],
-                   trace_paths: Sequence[Path] | None = None, *, write: bool = True) -> ScenarioResult:
+                   trace_paths: Sequence[Path] | None = None, *, write: bool = True,
+                   perturbed: Sequence[Trace] = (), perturbed_paths: Sequence[Path] = (),
+                   extra_perturbations: bool = False, universe: Universe | None = None) -> ScenarioResult:
     """Score every run, write each `run-<n>.score.json` beside its trace (with `write`), and judge the scenario.
 
     `scenario` None means it could not be loaded: its (ERROR) traces are scored on integrity alone.
@@ -251,8 +255,26 @@ def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path 
             write_score(score, path)
         scores.append(score)
     verdict, detail = aggregate(traces, scores, scenario.variance_allowed if scenario else False)
+    gate = scenario.gate() if scenario else ["outcome"]
+    rates = _rates(scores)
+    entries = robustness(perturbed, universe)
+    if entries:
+        if extra_perturbations and "robustness" not in gate:  # `run --perturb` declares them for this sweep
+            gate = [*gate, "robustness"]
+        rates["robustness"] = round(sum(e["passed"] for e in entries) / len(entries), 4)
+        for entry, path in zip(entries, perturbed_paths, strict=False):
+            if write:
+                layer = LayerResult(passed=entry["passed"], detail=entry["detail"])
+                write_score(RunScore(scenario_id=scenario_id, run_index=0, run_id=entry["run_id"],
+                                     layers={"robustness": layer}, gate=["robustness"], passed=layer.passed,
+                                     trace_path=str(path)), path)
+        unhandled = [e for e in entries if not e["passed"]]
+        if unhandled and "robustness" in gate and verdict in ("PASS", "PASS_WITH_VARIANCE"):
+            verdict = "FAIL"
+            detail = f"robustness: {len(unhandled)}/{len(entries)} perturbation(s) not handled; " + \
+                unhandled[0]["detail"]
     return ScenarioResult(
         scenario_id=scenario_id, label=traces[0].label if traces else None, verdict=verdict, detail=detail,
-        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=_rates(scores),
-        gate=scenario.gate() if scenario else ["outcome"], run_ids=[t.run_id for t in traces], scores=scores,
-        duration_s=round(sum(t.timings.total_ms or 0 for t in traces) / 1000, 3))
+        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=rates,
+        gate=gate, run_ids=[t.run_id for t in traces], scores=scores, robustness=entries,
+        duration_s=round(sum(t.timings.total_ms or 0 for t in [*traces, *perturbed]) / 1000, 3))
