@@ -172,7 +172,8 @@ class UniverseMCPServer:
         except OSError:
             sock.close()
             raise
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on")
+        # a held answer (a `slow` robustness run) must not keep stop() waiting: cut in-flight calls after 1 s
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="wt-otel-universe", daemon=True)
         thread.start()
