@@ -163,6 +163,7 @@ def test_surface_reports_instructions_and_mcp_tools(agent: str):
     status, body = post(agent, "/wt/surface", {"wt_inject": 1})
     assert status == 200
     tool = UNIVERSE["tools"][0]
+    assert body.pop("model") == "gpt-4o-mini"  # additive, for surface goldens
     assert body == {"wt_inject": 1, "surface": {
         "system_instructions": [{"type": "text", "content": INSTRUCTIONS}],
         "tool_definitions": [{"name": tool["name"], "description": tool["description"],
@@ -174,7 +175,7 @@ def test_surface_reports_instructions_and_mcp_tools(agent: str):
 def test_without_tools_every_key_is_still_present(llm: FakeLLM):
     with start_in_thread(AgentConfig(mcp_url=None, openai_base_url=llm.base_url, instructions=""), port=0) as srv:
         assert post(srv.url, "/wt/surface", {"wt_inject": 1}) == (200, {"wt_inject": 1, "surface": {
-            "system_instructions": [], "tool_definitions": [], "extra_segments": []}})
+            "system_instructions": [], "tool_definitions": [], "extra_segments": []}, "model": "gpt-4o-mini"})
         assert {k: v for k, v in inject(srv.url, "s-1", "hello").items() if k != "model"} == {
             "wt_inject": 1, "reply": FIRST_ANSWER, "tool_calls": []}
 

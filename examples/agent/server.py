@@ -119,7 +119,8 @@ def create_app(config: AgentConfig) -> Starlette:
         except Exception as exc:  # the tool server is down: an honest failure, never a partial surface
             return JSONResponse({"wt_inject": VERSION, "error": f"cannot list tools at {config.mcp_url}: "
                                  f"{type(exc).__name__}: {exc}"}, status_code=503)
-        return JSONResponse({"wt_inject": VERSION, "surface": reported})
+        # `model` is additive: surface goldens (`wt-otel surface`) then catch a model swap too
+        return JSONResponse({"wt_inject": VERSION, "surface": reported, "model": config.model})
 
     app = Starlette(lifespan=lifespan, routes=[
         Route("/wt/inject", inject, methods=["POST"]),

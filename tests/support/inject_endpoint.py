@@ -18,9 +18,10 @@ from typing import Any
 
 class Endpoint:
     def __init__(self, *, slow_s: float = 0.0, honour_deadline: bool = True, model_url: str | None = None,
-                 fabricate: bool = False, wipe_archive: bool = True) -> None:
+                 fabricate: bool = False, wipe_archive: bool = True, surface: Any = None) -> None:
         self.slow_s, self.honour_deadline = slow_s, honour_deadline
         self.model_url, self.fabricate, self.wipe_archive = model_url, fabricate, wipe_archive
+        self.surface = surface  # the /wt/surface body (a dict), or None: 404 (not implemented)
         self.memory: dict[str, list[str]] = {}
         self.archive: list[str] = []
         endpoint = self
@@ -38,6 +39,8 @@ class Endpoint:
                     return self._json(200, {"wt_inject": 1})
                 if self.path == "/wt/inject":
                     return self._json(200, endpoint.turn(body))
+                if self.path == "/wt/surface" and endpoint.surface is not None:
+                    return self._json(200, endpoint.surface)
                 return self._json(404, {"error": "not implemented"})
 
             def _json(self, status: int, data: dict) -> None:
