@@ -50,9 +50,9 @@ def conformance(ctx: click.Context, url: str | None, timeout_s: float | None, de
     Exit status: 0 conforming; 1 a check failed or the endpoint is
     unreachable; 2 usage (bad URL or timeout).
     """
+    from wt_otel._util.hooks import HookError, load_hook
     from wt_otel.contracts.inject import RuntimeSpecError
     from wt_otel.replay.conformance import run_conformance
-    from wt_otel.replay.hooks import HookError, load_hook
     from wt_otel.replay.scenarios import load_scenario_dir
 
     try:

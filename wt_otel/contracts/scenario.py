@@ -94,6 +94,9 @@ class Scenario(_Strict):
     scorer: RelPath = None
     runs: int = Field(1, ge=1)
     variance_allowed: bool = False
+    synthesize: str | None = Field(
+        None, description="MODULE:ATTR of the universe's synthesize hook (on_miss: synthesize); the scenario's folder "
+                          "is importable")
     perturbations: list[Perturbation] = Field(
         default_factory=list, description="robustness runs: each changes the universe once (error, empty, slow)")
     gates: list[Annotated[Literal["outcome", "trajectory", "constraint", "robustness"], is_one_of(GATES)]] = Field(

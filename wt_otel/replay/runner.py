@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from wt_otel._util.fsutil import atomic_write
+from wt_otel._util.hooks import HookError, load_hook
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
 from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.results import RunScore
@@ -90,6 +91,7 @@ class RunOptions:
     selection: dict[str, Any] = field(default_factory=dict)  # the selectors that chose the scenarios (recorded)
     ledger: bool = True  # append one row per scenario to <runs_dir>/ledger.ndjsonl at the end of the sweep
     perturbations: list[Perturbation] = field(default_factory=list)  # `--perturb`: robustness runs for every scenario
+    synthesize: str | None = None  # MODULE:ATTR synthesize hook for scenarios that name none (serve's config)
 
 
 @dataclass
@@ -197,7 +199,15 @@ class ScenarioServers:
             self.warnings.append("the scenario has no universe fixture: an empty universe was served, so any tool "
                                  "call the agent reports is unwitnessed")
         port = UNIVERSE_PORT if options.universe_port is None else options.universe_port
-        self.universe = WitnessingUniverseServer(RecordedUniverse(universe), host=options.host, port=port)
+        hook_spec = (loaded.scenario.synthesize if loaded.scenario else None) or options.synthesize
+        hook = None
+        if hook_spec:
+            try:
+                hook = load_hook(hook_spec, "synthesize hook", extra_path=str(loaded.path.resolve()))
+            except HookError as exc:
+                raise ServeFailed(str(exc)) from exc
+        self.universe = WitnessingUniverseServer(RecordedUniverse(universe, synthesize=hook), host=options.host,
+                                                 port=port)
         self.cassette: CassetteServer | None = None
         if loaded.cassette is not None:
             llm_port = LLM_PORT if options.llm_port is None else options.llm_port
@@ -390,8 +400,8 @@ class Sweep:
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
             self._judge(result, loaded)
             return result
-        servers = ScenarioServers(loaded, self.options)
         try:
+            servers = ScenarioServers(loaded, self.options)  # loads the synthesize hook: may fail
             servers.start()
         except ServeFailed as exc:
             reason = f"cannot serve the scenario's fixtures: {exc}"

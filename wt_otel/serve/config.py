@@ -178,6 +178,18 @@ class ReplayConfig(_Strict):
     outcome_scorers: list[str] = Field(default_factory=lambda: ["no_divergence", "substantiated_by_tools"],
                                        description="written into each imported scorer.py as all_of(...)")
     stop_timeout: float = Field(10.0, ge=0, description="seconds SIGTERM waits for the replay in flight")
+    synthesize: str | None = Field(None, description="MODULE:ATTR synthesize hook for universes with on_miss: "
+                                                     "synthesize (a scenario's own `synthesize:` wins)")
+
+    @field_validator("synthesize")
+    @classmethod
+    def _hook_spec(cls, spec: str | None) -> str | None:
+        """Checked when the config is read, so a typo fails at start-up, not at the first incident."""
+        if spec is not None:
+            from wt_otel._util.hooks import load_hook
+
+            load_hook(spec, "replay.synthesize")  # HookError is a ValueError: reported with its config path
+        return spec
 
     @field_validator("outcome_scorers")
     @classmethod
