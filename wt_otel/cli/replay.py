@@ -117,8 +117,9 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         runtime.close()
         click.echo("error: --pace applies to --llm replay only (it paces the recorded LLM)", err=True)
         ctx.exit(2)
-    if inject_url and runtime.name != "http_inject":
-        click.echo("error: --inject-url applies to --runtime http_inject only", err=True)
+    if inject_url and runtime.name.startswith("python"):
+        runtime.close()
+        click.echo("error: --inject-url applies to --runtime http_inject (or an entry-point runtime) only", err=True)
         ctx.exit(2)
     selection = from_options(scenario_globs, tags, packs, owners)
     try:

@@ -12,6 +12,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from http.client import HTTPException
+from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from wt_otel.contracts.inject import (
@@ -379,9 +380,11 @@ def load_target(target: str) -> Callable[..., Any]:
 
 
 def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
-    """Build a runtime from `--runtime`: `http_inject` (default), `python:MODULE:ATTR` or `MODULE:ATTR`.
+    """Build a runtime from `--runtime`, in the spec's order: the built-ins (`http_inject`, the default, and
+    `python:MODULE:ATTR`), then a name in the `wt_otel.runtimes` entry-point group, then a dotted path
+    `MODULE:ATTR` (an in-process agent).
 
-    `url` and `timeout_s` apply to http_inject only. Raises `RuntimeSpecError`.
+    `url` and `timeout_s` go to http_inject and to entry-point runtimes. Raises `RuntimeSpecError`.
     """
     spec = (spec or "http_inject").strip()
     if spec == "http_inject":
@@ -391,6 +394,33 @@ def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_
                                "agent(text, session_id) -> {\"reply\", \"tool_calls\"} or (reply, tool_calls)")
     if spec.startswith("python:"):
         return PythonRuntime.from_spec(spec.removeprefix("python:"))
+    plugin = _entry_point_runtime(spec, url, timeout_s)  # 0002: built-ins, then entry points, then dotted path
+    if plugin is not None:
+        return plugin
     if ":" in spec:
         return PythonRuntime.from_spec(spec)
-    raise RuntimeSpecError(f"unknown runtime {spec!r}: use http_inject, python:MODULE:ATTR or MODULE:ATTR")
+    known = sorted(ep.name for ep in entry_points(group=RUNTIME_GROUP))
+    raise RuntimeSpecError(f"unknown runtime {spec!r}: use http_inject, python:MODULE:ATTR, MODULE:ATTR or a runtime "
+                           f"installed in the {RUNTIME_GROUP!r} entry-point group (installed: "
+                           f"{', '.join(known) or 'none'})")
+
+
+RUNTIME_GROUP = "wt_otel.runtimes"
+
+
+def _entry_point_runtime(name: str, url: str | None, timeout_s: float | None) -> Runtime | None:
+    """A runtime a package registered under `name` in the `wt_otel.runtimes` group: a factory called as
+    `factory(url=..., timeout_s=...)` that returns a Runtime (reset, surface, inject, close, name, url, warnings)."""
+    found = list(entry_points(group=RUNTIME_GROUP, name=name))
+    if not found:
+        return None
+    try:
+        factory = found[0].load()
+        runtime = factory(url=url, timeout_s=timeout_s)
+    except Exception as exc:  # a plug-in's import or constructor: a usage error naming it
+        raise RuntimeSpecError(f"runtime {name!r} ({found[0].value}) could not be built: "
+                               f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(runtime, Runtime):
+        raise RuntimeSpecError(f"runtime {name!r} ({found[0].value}) returned {type(runtime).__name__}, not a Runtime "
+                               "(name, url, warnings, reset(), surface(), inject(session_id, text), close())")
+    return runtime
