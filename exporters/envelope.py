@@ -72,6 +72,8 @@ def envelope(session: Session) -> dict[str, Any]:
         env["source"]["flag"] = session.flag_reason
     if session.redaction:
         env["redaction"] = session.redaction
+    if session.custom_spans:  # guardrails, handoffs, custom and new SDK span types: kept, never dropped
+        env["custom_spans"] = session.custom_spans
     return env
 
 

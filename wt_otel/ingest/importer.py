@@ -66,6 +66,7 @@ def session_from_envelope(env: dict[str, Any], name: str) -> Session:
     s.service_name = source.get("system")
     s.flagged, s.flag_ref = bool(source.get("ref")), source.get("ref")
     s.dialects = ["wtin"]
+    s.custom_spans = [c for c in env.get("custom_spans") or [] if isinstance(c, dict)]
     if not ref:
         s.warnings.append(NO_REF_WARNING)
     return s

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from wt_otel.ingest import dialects
+from wt_otel.ingest.dialects import agents
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
@@ -161,6 +162,9 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
                 calls.append(obs)
             if obs.dialect not in session.dialects:
                 session.dialects.append(obs.dialect)
+        custom = agents.custom_span(span)
+        if custom is not None:
+            session.custom_spans.append(custom)
     if not calls and not session.witnessed_calls:
         return None
     trace_ids = list(dict.fromkeys(s.trace_id for s in spans))
