@@ -223,8 +223,8 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 
 @click.command("check")
 @click.argument("dump", metavar="[DUMP]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              metavar="SUITE.yaml", help="The trace2test suite (by convention tests/agents/*.t2t.yaml).")
+@click.option("--suite", "suite_paths", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="SUITE.yaml", help="A trace2test suite (repeatable) [every tests/agents/*.t2t.yaml].")
 @click.option("--format", "fmt", type=click.Choice(["text", "junit", "json"]), default="text", show_default=True,
               help="junit / json also write the results document to --out (the text lines still print).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -232,27 +232,32 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
 @selection_options
 @click.pass_context
-def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, out: Path | None,
+def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...], fmt: str, out: Path | None,
            trace_id: str | None, **selectors: tuple[str, ...]) -> None:
-    """Check a recorded trace against a trace2test suite, offline: no agent, no network, no model.
+    """Check recorded traces against trace2test suites, offline: no agent, no network, no model.
+
+    Without --suite, every tests/agents/*.t2t.yaml (the convention) is
+    checked; --suite may be repeated. Each suite is judged on DUMP when given,
+    else on its own runner.trace (relative to the suite file).
 
     DUMP is an OTLP dump (JSON lines or protobuf, any supported GenAI
     dialect), OpenAI Agents SDK JSONL, generic JSONL or a *.wtin.json
-    envelope; without it, the suite's runner.trace (relative to the suite
-    file) is read. The dump must hold one session (or pick one with
-    --trace-id). Assertions are judged on server-witnessed tool calls when
-    the dump has execute_tool / TOOL spans, else on the transcript.
+    envelope. The dump must hold one session (or pick one with --trace-id).
+    Assertions are judged on server-witnessed tool calls when the dump has
+    execute_tool / TOOL spans, else on the transcript.
 
     \b
-    One line per test, then the failing assertions' details:
+    Per suite, one line per test, then the failing assertions' details:
       PASS safe-refund: Refund requires identity verification
       FAIL wrong-order: ...
           tests[1].assertions[0] tool-sequence: expected [...], got [...] (evidence: ...)
 
-    Exit status: 0 every test passed; 1 a test failed; 2 an invalid suite
-    (each problem with its YAML path), an unreadable trace, or bad flags.
+    JUnit: one <testsuite> per suite. Exit status: 0 every test passed; 1 a
+    test failed; 2 no suite found, an invalid suite (each problem with its
+    YAML path), an unreadable trace, or bad flags.
     """
-    from wt_otel.scoring.check import CheckInputError, SuiteError, run_check
+    from wt_otel.contracts.results import SweepResult
+    from wt_otel.scoring.check import CheckInputError, SuiteError, discover_suites, run_check
 
     if fmt == "text" and out is not None:
         suffix = out.suffix.lower()
@@ -263,6 +268,10 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
     if fmt != "text" and out is None:
         click.echo(f"error: --format {fmt} needs --out FILE", err=True)
         ctx.exit(2)
+    suites = list(dict.fromkeys(suite_paths)) or discover_suites(Path())
+    if not suites:
+        click.echo("error: no suite: pass --suite FILE or put suites in tests/agents/*.t2t.yaml", err=True)
+        ctx.exit(2)
     from wt_otel.replay.selection import Candidate, EmptySelection, from_options, select
 
     selection, notes = from_options(**selectors), []
@@ -272,17 +281,33 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
         notes.extend(picked.warnings)
         return picked.items
 
-    try:
-        run = run_check(suite_path, dump, trace_id, select=chosen)
-    except (SuiteError, CheckInputError, EmptySelection) as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
-    for note in notes:
+    runs, broken = [], False
+    for suite_path in suites:
+        try:
+            run = run_check(suite_path, dump, trace_id, select=chosen)
+        except (SuiteError, CheckInputError, EmptySelection) as exc:
+            click.echo(f"error: {exc}", err=True)
+            broken = True
+            continue
+        if len(suites) > 1:
+            click.echo(f"== {run.suite.name or suite_path} ({suite_path})")
+        for warning in run.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(run.text(), nl=False)
+        runs.append(run)
+    for note in dict.fromkeys(notes):
         click.echo(f"warning: {note}", err=True)
-    for warning in run.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    click.echo(run.text(), nl=False)
-    if out is not None:
-        load_component("exporters", fmt)(run.sweep(), out)
+    if out is not None and runs:
+        sweeps = [run.sweep() for run in runs]
+        names = [s.scenarios[0].pack if s.scenarios else "" for s in sweeps]
+        for sweep, run in zip(sweeps, runs, strict=True):  # one <testsuite> per suite, even when names repeat
+            if names.count(run.suite.name) > 1:
+                for record in sweep.scenarios:
+                    record.pack = f"{run.suite.name} ({run.suite.path})"
+        merged = SweepResult(sweep_id=sweeps[0].sweep_id, started_at=sweeps[0].started_at,
+                             finished_at=sweeps[-1].finished_at, wt_version=sweeps[0].wt_version,
+                             scenarios=[r for s in sweeps for r in s.scenarios],
+                             selection={"suites": [str(r.suite.path) for r in runs]})
+        load_component("exporters", fmt)(merged, out)
         click.echo(f"{fmt} results in {out}", err=True)
-    ctx.exit(0 if run.passed else 1)
+    ctx.exit(2 if broken else 0 if all(run.passed for run in runs) else 1)
