@@ -130,9 +130,9 @@ def to_element(sweep: SweepResult) -> ET.Element:
                            ("time", f"{time:.3f}")):
             suite.set(key, str(value))
         totals = [totals[0] + len(results), totals[1] + failures, totals[2] + errors, totals[3] + time]
-    for key, value in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]), ("skipped", 0),
+    for key, total in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]), ("skipped", 0),
                        ("time", f"{totals[3]:.3f}"), ("timestamp", xml_safe(sweep.started_at))):
-        root.set(key, str(value))
+        root.set(key, str(total))
     return root
 
 

@@ -37,13 +37,14 @@ from typing import Any
 
 from wt_otel._util.fsutil import unique_slug
 from wt_otel.components import load as load_component
+from wt_otel.contracts.results import SweepResult as SweepRecord
 from wt_otel.model.session import Session
-from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
+from wt_otel.replay.runner import RunOptions, SweepRun, error_sweep, run_sweep
 from wt_otel.replay.runtimes import Runtime, resolve_runtime
-from wt_otel.replay.sweeps import append_ledger
+from wt_otel.reporting.outputs import append_ledger
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
+from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -66,7 +67,7 @@ class _InFlight:
     """The job the worker is on, and its sweep once the runner returned (then only export is left)."""
 
     job: Job
-    sweep: SweepResult | None = None
+    sweep: SweepRun | None = None
     ledger: Path | None = None
 
 
@@ -125,13 +126,13 @@ class AutoReplay:
             return
         ref = incident_ref(session)
         admission = self.queue.admit(ref)
-        if admission is Admission.DUPLICATE:
+        if admission is QueueAdmission.DUPLICATE:
             job = self.queue.known(ref)
             self.metrics.inc("wt_otel_replay_duplicates_total")
             log.info("incident %s: revision %s not queued again (job %s, %s)", ref, written.revision,
                      job.id if job else "?", job.state if job else "?")
             return
-        if admission is Admission.FULL:
+        if admission is QueueAdmission.FULL:
             self._refuse(ref, f"the replay queue is full ({self.queue.max_pending} pending, replay.queue_max)")
             return
         t0 = time.perf_counter()
@@ -171,9 +172,9 @@ class AutoReplay:
                           synthesize=c.synthesize)
 
     def _work(self) -> None:
-        for job in self.queue.interrupted():
-            self._close_interrupted(job, "interrupted: a previous wt-otel serve stopped or was killed during this "
-                                         "replay; not retried (re-run it with wt-otel run)")
+        for stale in self.queue.interrupted():
+            self._close_interrupted(stale, "interrupted: a previous wt-otel serve stopped or was killed during this "
+                                           "replay; not retried (re-run it with wt-otel run)")
         while not self._stopping.is_set():
             job = self.queue.take(timeout=POLL_S)
             if job is not None:
@@ -193,12 +194,12 @@ class AutoReplay:
         with self._lock:
             if self._current is None or self._current.job is not job:  # stop() closed it already
                 return
-            self._current.sweep, self._current.ledger = sweep, append_ledger(self.runs_dir, sweep.record)
+            self._current.sweep, self._current.ledger = sweep, append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep, replay_ms=replay_ms)
         with self._lock:
             self._current = None
 
-    def _conclude(self, job: Job, sweep: SweepResult, *, replay_ms: float | None = None, note: str = "") -> None:
+    def _conclude(self, job: Job, sweep: SweepRun, *, replay_ms: float | None = None, note: str = "") -> None:
         """Export the sweep's spans (bounded), then write the job's `done` line, the metrics and one line of news."""
         t0 = time.perf_counter()
         exported = None
@@ -206,7 +207,7 @@ class AutoReplay:
             report = self.exporter.export_sweep(sweep)
             exported = report.describe()
         export_ms = _ms(t0)
-        row = sweep.record.scenarios[0]
+        row = _document(sweep).scenarios[0]
         ledger = self.runs_dir / "ledger.ndjsonl"
         if not self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                                  ledger=str(ledger), replay_ms=replay_ms, export_ms=export_ms, exported=exported):
@@ -222,7 +223,7 @@ class AutoReplay:
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""
         sweep = error_sweep(self.data_dir / job.scenario, self._options(), reason)
-        append_ledger(self.runs_dir, sweep.record)
+        append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep)
 
     def stop(self, timeout: float | None = None) -> None:
@@ -252,7 +253,14 @@ class AutoReplay:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _conclude_quietly(self, job: Job, sweep: SweepResult) -> None:
-        row = sweep.record.scenarios[0]
+    def _conclude_quietly(self, job: Job, sweep: SweepRun) -> None:
+        row = _document(sweep).scenarios[0]
         self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                           exported="unknown: wt-otel serve stopped while the result spans were being exported")
+
+
+def _document(sweep: SweepRun) -> SweepRecord:
+    """The sweep's results document: every finished sweep (`run_sweep`, `error_sweep`) has one."""
+    if sweep.record is None:
+        raise RuntimeError(f"sweep {sweep.sweep_id} has no results document")
+    return sweep.record

@@ -70,7 +70,7 @@ class _CompiledRule:
         if match == "equals":
             return value == self.rule.value or str(value) == str(self.rule.value)
         if match == "regex":
-            return bool(self.regex.search(str(value)))
+            return self.regex is not None and bool(self.regex.search(str(value)))
         return _is_negative(value)
 
     def _matching_attribute(self, attrs: dict[str, Any]) -> tuple[str, Any] | None:

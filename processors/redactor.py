@@ -16,6 +16,7 @@ writers copy it, so a reader knows the fixtures were scrubbed (and by what).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class Redactor:
 
     def redact_text(self, text: str) -> str:
         for pattern in self.patterns:
-            text = pattern.regex.sub(lambda m, p=pattern: self._replace(m, p), text)
+            text = pattern.regex.sub(functools.partial(self._replace, pattern=pattern), text)
         return text
 
     def _replace(self, m: re.Match[str], pattern: _Pattern) -> str:

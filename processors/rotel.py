@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -57,12 +58,12 @@ class Settings:
     fix_array_order: bool = True
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        values: Mapping[str, str] = os.environ if env is None else env
         return cls(
-            drop_non_genai=env.get("WT_ROTEL_DROP_NON_GENAI", "0").strip().lower() in ("1", "true", "yes"),
-            max_traces=max(1, int(env.get("WT_ROTEL_MAX_TRACES", "100000"))),
-            fix_array_order=env.get("WT_ROTEL_FIX_ARRAY_ORDER", "1").strip().lower() not in ("0", "false", "no"),
+            drop_non_genai=values.get("WT_ROTEL_DROP_NON_GENAI", "0").strip().lower() in ("1", "true", "yes"),
+            max_traces=max(1, int(values.get("WT_ROTEL_MAX_TRACES", "100000"))),
+            fix_array_order=values.get("WT_ROTEL_FIX_ARRAY_ORDER", "1").strip().lower() not in ("0", "false", "no"),
         )
 
 

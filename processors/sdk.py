@@ -32,7 +32,7 @@ from wt_otel.processors.genai_filter import GenAIFilter
 from wt_otel.processors.redactor import Redactor
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Admission, Pipeline
+from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
 
 
 def _value(v: Any) -> Any:
@@ -103,7 +103,7 @@ class WtOtelSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         admission = self.pipeline.offer([span_to_record(span)])
-        if admission is not Admission.ACCEPTED:
+        if admission is not PipelineAdmission.ACCEPTED:
             self.metrics.inc("wt_otel_records_dropped_total", reason=f"queue_{admission.value}")
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from support.inject_endpoint import Endpoint
 
+from tests.support.inject_endpoint import Endpoint
 from wt_otel.cli import main
 from wt_otel.replay.conformance import ConformanceReport, run_conformance
 from wt_otel.replay.scenarios import load_scenario_dir
@@ -129,7 +129,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def fake_llm() -> Iterator[str]:
-    from fake_openai import Handler  # tests/fixtures/producers/_common, on sys.path via conftest
+    from tests.support.producers import Handler
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from junitparser import JUnitXml
-from support.universe_agent import UniverseAgent, run_sweep, write_scenario
 
+from tests.support.universe_agent import UniverseAgent, run_sweep, write_scenario
 from wt_otel.cli import main
 from wt_otel.components import load
 from wt_otel.contracts.perturbation import Perturbation, parse_flag
@@ -70,7 +70,7 @@ def test_expect_assertions_judge_the_perturbed_run(tmp_path: Path) -> None:
 def test_run_perturb_flag_adds_robustness_runs_to_any_scenario(tmp_path: Path) -> None:
     write_scenario(tmp_path / "sc", "plain", scorer_source=FACTS)
     result = CliRunner().invoke(main, ["run", str(tmp_path / "sc"), "--runtime",
-                                       "python:support.universe_agent:NAIVE", "--universe-port", "0",
+                                       "python:tests.support.universe_agent:NAIVE", "--universe-port", "0",
                                        "--runs-dir", str(tmp_path / "runs"), "--perturb", "error:lookup_order"])
     assert result.exit_code == 1, result.output
     row = ledger_row(tmp_path)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from support.inject_endpoint import Endpoint
 
+from tests.support.inject_endpoint import Endpoint
 from wt_otel.cli import main
 from wt_otel.contracts.surface import load_golden
 from wt_otel.model.session import Session

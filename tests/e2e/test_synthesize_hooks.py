@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
-from support.universe_agent import UNIVERSE, UniverseAgent, run_sweep, write_scenario
 
+from tests.support.universe_agent import UNIVERSE, UniverseAgent, run_sweep, write_scenario
 from wt_otel._util.hooks import HookError, load_hook
 from wt_otel.cli import main
 from wt_otel.replay.runtimes import PythonRuntime

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml
-from support.universe_agent import UniverseAgent, run_sweep, write_scenario
 
+from tests.support.universe_agent import UniverseAgent, run_sweep, write_scenario
 from wt_otel.components import load
 from wt_otel.contracts.results import LedgerRow
 from wt_otel.replay.runtimes import PythonRuntime

@@ -1,1 +1,1 @@
-"""Helpers shared by tests (a package: `from support.x import y`, tests/ is on sys.path)."""
+"""Helpers shared by the tests, imported as a package: `from tests.support.spans import chat_span`."""

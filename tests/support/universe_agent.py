@@ -76,7 +76,7 @@ class UniverseAgent:
         """Stateless: nothing to wipe."""
 
 
-NAIVE = UniverseAgent(naive=True)  # for `--runtime python:support.universe_agent:NAIVE`
+NAIVE = UniverseAgent(naive=True)  # for `--runtime python:tests.support.universe_agent:NAIVE`
 
 
 def write_scenario(root: Path, sid: str, *, universe: Any = UNIVERSE, **fields: Any) -> Path:

@@ -10,21 +10,34 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
-from wt_otel.contracts.validate import KINDS, UnreadableFile, find_files, json_schema, validate_file
+from wt_otel.contracts.formats import FORMATS as CONTRACT_FORMATS
+from wt_otel.contracts.formats import json_schema
+from wt_otel.contracts.validate import UnreadableFile, find_files, validate_file
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
 
 @click.command()
-@click.argument("name", type=click.Choice(KINDS))
+@click.argument("name", type=click.Choice(list(CONTRACT_FORMATS)))
 def schema(name: str) -> None:
-    """Print the JSON Schema of a wt-otel file format.
+    """Print the JSON Schema of a wt-otel file or wire format.
 
-    NAME is envelope (*.wtin.json), universe (*.universe.json), cassette
-    (*.cassette.json), scenario (scenario.yaml) or trace (*.trace.json, what
-    `wt-otel run` records). The schema is generated
-    from the models `wt-otel validate` uses; validate's messages are more
-    precise, the schema is for editors and other tools.
+    \b
+    NAME is one of the registered formats (wt_otel/contracts/formats.py):
+      envelope          Contract A interchange envelope (*.wtin.json)
+      universe          Contract B tool universe (*.universe.json)
+      cassette          LLM cassette (*.cassette.json)
+      scenario          scenario.yaml
+      trace             what `wt-otel run` records per run (*.trace.json)
+      score             a run's score (run-<n>.score.json)
+      results           the sweep document of `--format json`
+      ledger-row        one line of ledger.ndjsonl
+      inject-response   Contract C /wt/inject response body
+      surface-response  Contract C /wt/surface response body
+
+    The schema is generated from the models `wt-otel validate` uses;
+    validate's messages are more precise, the schema is for editors and
+    other tools.
     """
     click.echo(json.dumps(json_schema(name), indent=2))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -10,6 +11,10 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
 from wt_otel.replay.selection import selection_options
+
+if TYPE_CHECKING:  # click passes the Choice values; the modules are imported when a command runs
+    from wt_otel.replay.cassette_server import MatchMode
+    from wt_otel.replay.runner import LlmMode
 
 
 @click.command("run")
@@ -51,7 +56,7 @@ from wt_otel.replay.selection import selection_options
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: str, llm_match: str, pace: bool, perturb: tuple[str, ...],
+         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, pace: bool, perturb: tuple[str, ...],
          universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
@@ -97,8 +102,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     from wt_otel.replay.runner import RunOptions, Sweep, load_all
     from wt_otel.replay.runtimes import resolve_runtime
     from wt_otel.replay.scenarios import NoScenarios, find_scenarios
-    from wt_otel.replay.selection import EmptySelection, from_options
-    from wt_otel.replay.sweeps import infer_format, select_scenarios, write_results
+    from wt_otel.replay.selection import EmptySelection, from_options, select_scenarios
+    from wt_otel.reporting.outputs import infer_format, write_results
 
     try:
         perturbations = [parse_flag(spec) for spec in perturb]
@@ -151,6 +156,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         runtime.close()
         universe_log.setLevel(saved_level)
     record = sweep.record
+    assert record is not None, "a finished sweep has its results document"
     load_component("exporters", "table")(record, file=sys.stdout)
     if sweep.stopped:
         click.echo(f"stopped: {sweep.stopped}", err=True)
@@ -200,7 +206,7 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
     """
     from wt_otel._util.fsutil import atomic_write
-    from wt_otel.replay.sweeps import LEDGER_FILE
+    from wt_otel.reporting.outputs import LEDGER_FILE
     from wt_otel.reporting.report import build_report, render
 
     path = runs_dir / LEDGER_FILE

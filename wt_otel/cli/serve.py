@@ -87,7 +87,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     for note in server.recovery:
         click.echo(f"data dir: {note}", err=True)
     if server.grpc_port is not None:
-        click.echo(f"OTLP/gRPC listening on {config.receivers.grpc_endpoint.rpartition(':')[0]}:{server.grpc_port}")
+        host = (config.receivers.grpc_endpoint or "").rpartition(":")[0]  # set: grpc_port is
+        click.echo(f"OTLP/gRPC listening on {host}:{server.grpc_port}")
     if server.http_url is not None:
         click.echo(f"OTLP/HTTP listening on {server.http_url} (/v1/traces, /v1/logs, /healthz, /metrics)")
     backend = check_protobuf_backend()

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from wt_otel.contracts.inject import SurfaceProbe
 
 
 @click.group("surface")
@@ -63,7 +67,7 @@ def fetch(ctx: click.Context, url: str | None, trace_file: Path | None, out: Pat
                f"{len(s.extra_segments)} extra segment(s)" + (f", model {model}" if model else ""))
 
 
-def _current(url: str | None, trace_file: Path | None) -> tuple[object, str | None, str]:
+def _current(url: str | None, trace_file: Path | None) -> tuple[SurfaceProbe, str | None, str]:
     from wt_otel.replay.surface import probe_endpoint, recorded_probe
 
     if trace_file is not None:
@@ -116,7 +120,7 @@ def diff(ctx: click.Context, golden_file: Path, url: str | None, trace_file: Pat
     except ContractViolation as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(1)
-    result = compare(golden.surface, probe, golden_name=str(golden_file), current_name=source,  # type: ignore[arg-type]
+    result = compare(golden.surface, probe, golden_name=str(golden_file), current_name=source,
                      golden_model=golden.model, current_model=model)
     click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) if fmt == "json" else result.text())
     if out is not None:

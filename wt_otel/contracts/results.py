@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 LAYERS = ("outcome", "trajectory", "constraint", "robustness", "integrity")
+SCORE_SUFFIX = ".score.json"  # the per-run score sidecar, beside `run-<n>.trace.json`
 Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
 
 

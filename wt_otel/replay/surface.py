@@ -189,8 +189,10 @@ def _observed(data_dir: Path, line: dict[str, Any]) -> Observed | None:
             "extra_segments": []})
     except ValueError:
         return None
-    session = env.get("session") if isinstance(env.get("session"), dict) else {}
-    service = str(line.get("service") or (env.get("source") or {}).get("system") or "unknown")
+    raw_session, raw_source = env.get("session"), env.get("source")
+    session: dict[str, Any] = raw_session if isinstance(raw_session, dict) else {}
+    source: dict[str, Any] = raw_source if isinstance(raw_source, dict) else {}
+    service = str(line.get("service") or source.get("system") or "unknown")
     return Observed(service, str(line.get("started") or line.get("written_at") or ""), str(line.get("slug")),
                     surface, session.get("model"), bool(known) and len(known) == len(tools), bool(instructions))
 

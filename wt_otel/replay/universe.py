@@ -31,11 +31,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from wt_otel._util.clock import epoch_ms
 from wt_otel.contracts.perturbation import DEFAULT_ERROR, Perturbation
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
 from wt_otel.model.parts import canonical_json
@@ -284,7 +284,7 @@ class RecordedUniverse:
             "match": answer.match,
             "recording": answer.recording,
             "is_error": answer.is_error,
-            "timestamp_ms": int(time.time() * 1000),
+            "timestamp_ms": epoch_ms(),
         }
         if answer.divergence is not None:
             # the spec's place (recording-a-universe.md): call_log() entry extra={"divergence": {...}}

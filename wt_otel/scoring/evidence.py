@@ -28,7 +28,8 @@ def markers_of(custom_spans: list[dict[str, Any]]) -> list[CallView]:
     out = []
     for span in sorted(custom_spans, key=lambda c: c.get("start_ns") or 0):
         kind, name = span.get("type"), str(span.get("name") or "")
-        data = span.get("data") if isinstance(span.get("data"), dict) else {}
+        raw = span.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if kind == "guardrail":
             out.append(CallView(f"guardrail:{name}", {}, {**data, "triggered": bool(span.get("triggered"))}, True))
         elif kind == "handoff":

@@ -19,11 +19,12 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from wt_otel.contracts.assertions import parse_assertions
 from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.results import LayerResult
 from wt_otel.contracts.run import Trace
 from wt_otel.contracts.universe import Universe
-from wt_otel.scoring.assertions import evaluate, parse_assertions
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import from_trace
 
 MIN_FACT = 3  # shorter strings ("ok", "A") are too common to prove anything

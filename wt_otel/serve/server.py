@@ -68,7 +68,8 @@ class Server:
         if self.http_port is None:
             return None
         scheme = "https" if self.config.receivers.tls_cert else "http"
-        return f"{scheme}://{self.config.receivers.http_endpoint.rpartition(':')[0]}:{self.http_port}"
+        host = (self.config.receivers.http_endpoint or "").rpartition(":")[0]  # set: http_port is
+        return f"{scheme}://{host}:{self.http_port}"
 
     def start(self) -> Server:
         config = self.config

@@ -156,7 +156,7 @@ def tool_definition(d: Any) -> dict[str, Any] | None:
     """A tool definition in any of the common shapes -> {name, description, input_schema}."""
     if not isinstance(d, dict):
         return None
-    fn = d.get("function") if isinstance(d.get("function"), dict) else d
+    fn = d["function"] if isinstance(d.get("function"), dict) else d
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         return None
