@@ -155,3 +155,15 @@ def test_drift_from_the_data_dir_per_service(tmp_path: Path) -> None:
 def test_drift_without_a_data_dir_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["surface", "drift", "--data-dir", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "sessions.ndjsonl" in result.output
+
+
+def test_validate_and_schema_know_golden_surfaces(tmp_path: Path) -> None:
+    with Endpoint(surface=body(SURFACE)) as ep:
+        golden = fetched(tmp_path, ep)
+    assert CliRunner().invoke(main, ["validate", str(golden)]).exit_code == 0
+    broken = tmp_path / "broken.surface.json"
+    broken.write_text(json.dumps({"wt_surface": 1, "source": "x", "surface": {"tool_definitions": []}}))
+    result = CliRunner().invoke(main, ["validate", str(broken)])
+    assert result.exit_code == 1 and "surface.system_instructions" in result.output
+    schema = CliRunner().invoke(main, ["schema", "surface"])
+    assert schema.exit_code == 0 and '"wt_surface"' in schema.output

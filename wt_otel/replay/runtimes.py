@@ -381,8 +381,8 @@ def load_target(target: str) -> Callable[..., Any]:
 
 def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
     """Build a runtime from `--runtime`, in the spec's order: the built-ins (`http_inject`, the default, and
-    `python:MODULE:ATTR`), then a name in the `wt_otel.runtimes` entry-point group, then a dotted path
-    `MODULE:ATTR` (an in-process agent).
+    `python:MODULE:ATTR`), then a `NAME[:ARG]` registered in the `wt_otel.runtimes` entry-point group, then a
+    dotted path `MODULE:ATTR` (an in-process agent).
 
     `url` and `timeout_s` go to http_inject and to entry-point runtimes. Raises `RuntimeSpecError`.
     """
@@ -394,7 +394,8 @@ def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_
                                "agent(text, session_id) -> {\"reply\", \"tool_calls\"} or (reply, tool_calls)")
     if spec.startswith("python:"):
         return PythonRuntime.from_spec(spec.removeprefix("python:"))
-    plugin = _entry_point_runtime(spec, url, timeout_s)  # 0002: built-ins, then entry points, then dotted path
+    name, _, arg = spec.partition(":")  # a registered NAME[:ARG]
+    plugin = _entry_point_runtime(name, arg or None, url, timeout_s)  # 0002: built-ins, entry points, dotted path
     if plugin is not None:
         return plugin
     if ":" in spec:
@@ -408,15 +409,16 @@ def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_
 RUNTIME_GROUP = "wt_otel.runtimes"
 
 
-def _entry_point_runtime(name: str, url: str | None, timeout_s: float | None) -> Runtime | None:
+def _entry_point_runtime(name: str, arg: str | None, url: str | None, timeout_s: float | None) -> Runtime | None:
     """A runtime a package registered under `name` in the `wt_otel.runtimes` group: a factory called as
-    `factory(url=..., timeout_s=...)` that returns a Runtime (reset, surface, inject, close, name, url, warnings)."""
+    `factory(ARG, url=..., timeout_s=...)` (`--runtime NAME[:ARG]`) that returns a Runtime (reset, surface,
+    inject, close, name, url, warnings)."""
     found = list(entry_points(group=RUNTIME_GROUP, name=name))
     if not found:
         return None
     try:
         factory = found[0].load()
-        runtime = factory(url=url, timeout_s=timeout_s)
+        runtime = factory(arg, url=url, timeout_s=timeout_s)
     except Exception as exc:  # a plug-in's import or constructor: a usage error naming it
         raise RuntimeSpecError(f"runtime {name!r} ({found[0].value}) could not be built: "
                                f"{type(exc).__name__}: {exc}") from exc

@@ -20,8 +20,8 @@ from wt_otel.contracts.inject import SurfaceProbe, TurnResult
 class EchoRuntime:
     name = "echo"
 
-    def __init__(self, url=None, timeout_s=None):
-        self.url, self.timeout_s, self.warnings = url, timeout_s, []
+    def __init__(self, arg=None, *, url=None, timeout_s=None):
+        self.url, self.timeout_s, self.warnings, self.arg = url, timeout_s, [], arg
 
     def reset(self): pass
     def surface(self): return SurfaceProbe(status="unavailable", detail="echo")
@@ -29,11 +29,11 @@ class EchoRuntime:
     def close(self): pass
 
 
-def broken(url=None, timeout_s=None):
+def broken(arg=None, *, url=None, timeout_s=None):
     raise RuntimeError("no licence")
 
 
-def not_a_runtime(url=None, timeout_s=None):
+def not_a_runtime(arg=None, *, url=None, timeout_s=None):
     return 42
 
 
@@ -61,6 +61,7 @@ def test_an_entry_point_runtime_is_found_by_name_with_url_and_timeout(installed:
     runtime = resolve_runtime("echo", url="http://agent:1", timeout_s=3.0)
     assert runtime.name == "echo" and runtime.url == "http://agent:1"
     assert runtime.inject("s", "hi").reply == "hi"
+    assert resolve_runtime("echo:fast").arg == "fast"  # --runtime NAME[:ARG]
 
 
 def test_built_ins_come_first(installed: None) -> None:
