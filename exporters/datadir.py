@@ -46,6 +46,7 @@ from typing import Any
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import unique_slug, write_directory
 from wt_otel._util.journal import Journal
+from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.exporters.scenario_dir import render
 from wt_otel.model.session import Session
 from wt_otel.serve.metrics import Metrics
@@ -240,3 +241,37 @@ class DataDirStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class DataDirStage:
+    """The `datadir` session stage: writes each session revision into the store, then tells who asked."""
+
+    def __init__(self, store: DataDirStore, ctx: StageContext) -> None:
+        self.store = store
+        self.ctx = ctx
+
+    def on_session(self, done: CompletedSession) -> None:
+        session = done.session
+        written = done.written = self.store.write(session)
+        if not self.ctx.quiet:
+            state = "complete" if session.complete else "INCOMPLETE"
+            flag = f", flagged {session.flag_ref}" if session.flagged else ""
+            self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag})")
+        for callback in self.ctx.on_written:
+            callback(written)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _create(data_dir: Path, ctx: StageContext, _next: None) -> DataDirStage:
+    """Opens (and locks, and repairs) the data dir; the assembler asks the store which keys exist."""
+    store = DataDirStore(data_dir, ctx.metrics)
+    ctx.store = store
+    ctx.recovery.extend(store.recovery)
+    return DataDirStage(store, ctx)
+
+
+# config section `data_dir` (a path; no model of its own)
+STAGE = StageType("datadir", "session", _create, None, section="data_dir",
+                  description="write each session revision to <data_dir>/sessions/<slug>/ and the index")

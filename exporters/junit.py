@@ -32,6 +32,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from wt_otel._util.fsutil import atomic_write
+from wt_otel.components import ResultsFormatSpec
 from wt_otel.contracts.results import ScenarioResult, SweepResult
 from wt_otel.scoring.triage import WHO_ACTS
 
@@ -145,3 +146,7 @@ def to_xml(sweep: SweepResult) -> bytes:
 def write_junit(sweep: SweepResult, out: Path) -> None:
     """Write the JUnit XML of `sweep` to `out` atomically (a CI step never reads half a file)."""
     atomic_write(out, to_xml(sweep))
+
+
+# the `junit` results format (entry-point group wt_otel.results_formats): `wt-otel run/check --format junit`
+FORMAT = ResultsFormatSpec(name="junit", suffix=".xml", write=write_junit)

@@ -45,10 +45,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.serve.config import AssemblerConfig
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.assembler")
@@ -323,3 +325,13 @@ class SessionAssembler:
         for c in group.convs:
             if self._by_conv.get(c) == key:
                 del self._by_conv[c]
+
+
+def _create(config: AssemblerConfig, ctx: StageContext, sink: SessionSink) -> SessionAssembler:
+    """The assembler asks the store (if a session stage made one) whether a key was written before."""
+    store = ctx.store
+    return SessionAssembler.from_config(sink, config, ctx.metrics, is_written=store.has_key if store else None)
+
+
+STAGE = StageType("assembler", "assembler", _create, AssemblerConfig,
+                  description="group records into sessions and say when each is complete")

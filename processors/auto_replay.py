@@ -33,18 +33,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import field_validator
 
 from wt_otel._util.fsutil import unique_slug
+from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
-from wt_otel.contracts.results import SweepResult as SweepRecord
 from wt_otel.model.session import Session
-from wt_otel.replay.runner import RunOptions, SweepRun, error_sweep, run_sweep
-from wt_otel.replay.runtimes import Runtime, resolve_runtime
-from wt_otel.reporting.outputs import append_ledger
+from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue
+
+if TYPE_CHECKING:  # the runner pulls in the MCP and cassette servers (seconds of imports): only when replaying,
+    # so that the in-app SDK processor and a serve without replay, which plan this stage, stay light
+    from wt_otel.components import Runtime
+    from wt_otel.contracts.results import SweepResult as SweepRecord
+    from wt_otel.replay.runner import RunOptions, SweepRun
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -83,6 +89,8 @@ class AutoReplay:
         self.metrics = metrics or Metrics()
         self.emit = emit
         self.warn = warn or log.warning
+        from wt_otel.replay.runtimes import resolve_runtime
+
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
         results = config.results
         self.exporter: Any = None
@@ -90,12 +98,13 @@ class AutoReplay:
             self.exporter = load_component("exporters", "result-spans")(
                 results.otlp_endpoint, results.otlp_protocol, results.otlp_headers, agent_name=results.agent_name,
                 warn=self.warn)
-        self.writer = load_component("exporters", "scenario-dir")(self.data_dir / SCENARIOS)
+        self.writer = load_plugin("sinks", "scenario-dir")(self.data_dir / SCENARIOS)
         self.queue = ReplayQueue(self.data_dir, config.queue_max)
         self._lock = threading.Lock()  # the in-flight job, between the worker and stop()
         self._current: _InFlight | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._work, name="wt-otel-auto-replay", daemon=True)
+        self._closed = False
         self._depth()
 
     @classmethod
@@ -152,6 +161,18 @@ class AutoReplay:
         self.emit(f"queued incident {ref} for replay: {self.data_dir / job.scenario} (unreviewed; outcome "
                   f"{' + '.join(self.config.outcome_scorers)}; {self.queue.pending} pending)")
 
+    def on_session(self, done: CompletedSession) -> None:
+        """The session-stage face of `on_written`: after the `datadir` stage set `done.written`."""
+        if done.written is None:
+            raise RuntimeError("the auto-replay stage needs a stage that writes sessions (datadir) before it in "
+                               "pipeline.stages")
+        self.on_written(done.session, done.written)
+
+    def close(self) -> None:
+        """`stop()` once (with `replay.stop_timeout`); a no-op when already stopped."""
+        if not self._closed:
+            self.stop()
+
     def _refuse(self, ref: str, reason: str) -> None:
         self.queue.refuse(ref, reason)
         self.metrics.inc("wt_otel_replay_refused_total")
@@ -164,6 +185,8 @@ class AutoReplay:
     # ---------------------------------------------------------------- the worker
 
     def _options(self) -> RunOptions:
+        from wt_otel.replay.runner import RunOptions
+
         c = self.config
         return RunOptions(runtime=self.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
                           universe_port=c.universe_port, llm_port=c.llm_port, label=LABEL,
@@ -174,15 +197,18 @@ class AutoReplay:
     def _work(self) -> None:
         for stale in self.queue.interrupted():
             self._close_interrupted(stale, "interrupted: a previous wt-otel serve stopped or was killed during this "
-                                           "replay; not retried (re-run it with wt-otel run)")
+                                         "replay; not retried (re-run it with wt-otel run)")
         while not self._stopping.is_set():
-            job = self.queue.take(timeout=POLL_S)
-            if job is not None:
-                self._replay(job)
+            taken = self.queue.take(timeout=POLL_S)
+            if taken is not None:
+                self._replay(taken)
 
     def _replay(self, job: Job) -> None:
         with self._lock:
             self._current = _InFlight(job)
+        from wt_otel.replay.runner import error_sweep, run_sweep
+        from wt_otel.reporting.outputs import append_ledger
+
         scenario_dir = self.data_dir / job.scenario
         t0 = time.perf_counter()
         try:
@@ -222,6 +248,9 @@ class AutoReplay:
 
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""
+        from wt_otel.replay.runner import error_sweep
+        from wt_otel.reporting.outputs import append_ledger
+
         sweep = error_sweep(self.data_dir / job.scenario, self._options(), reason)
         append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep)
@@ -230,6 +259,7 @@ class AutoReplay:
         """Let the replay in flight finish within `timeout` (default `replay.stop_timeout`), else close it as
         ERROR "interrupted"; waiting jobs stay queued on disk for the next start."""
         wait = self.config.stop_timeout if timeout is None else timeout
+        self._closed = True
         self._stopping.set()
         self.queue.wake()
         if self._thread.is_alive():
@@ -257,6 +287,36 @@ class AutoReplay:
         row = _document(sweep).scenarios[0]
         self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                           exported="unknown: wt-otel serve stopped while the result spans were being exported")
+
+
+class AutoReplayConfig(ReplayConfig):
+    """The `replay:` section as this stage reads it: the core's model plus the checks only replay knows."""
+
+    @field_validator("outcome_scorers")
+    @classmethod
+    def _known_scorers(cls, names: list[str]) -> list[str]:
+        """Names become code in scorer.py: only the whitelisted factory names are accepted, never pasted text."""
+        unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
+        if unknown:
+            raise ValueError(f"unknown outcome scorer(s) {unknown}: choose from {sorted(AUTO_REPLAY_SCORERS)} "
+                             "(wt_otel.scorers factories that take no arguments)")
+        if not names:
+            raise ValueError("name at least one outcome scorer (e.g. no_divergence), or the replay judges nothing")
+        return list(dict.fromkeys(names))
+
+
+def _create(config: AutoReplayConfig, ctx: StageContext, _next: None) -> AutoReplay | None:
+    """None (no stage) unless `replay.enabled`; ValueError for a runtime or endpoint that cannot work."""
+    if not config.enabled:
+        return None
+    serve = ctx.serve_config
+    replay = AutoReplay(config, serve.data_dir, serve.runs_dir, ctx.metrics, emit=ctx.emit, warn=ctx.warn)
+    ctx.recovery.extend(f"replay queue: {note}" for note in replay.queue.recovery)
+    return replay
+
+
+STAGE = StageType("auto-replay", "session", _create, AutoReplayConfig, section="replay",
+                  description="import complete flagged sessions, queue them and replay them on a worker")
 
 
 def _document(sweep: SweepRun) -> SweepRecord:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.model.session import Session
 from wt_otel.serve.config import RedactorConfig
 
@@ -121,3 +122,17 @@ class Redactor:
             "replacements": self._count,
         }
         return session
+
+    def on_session(self, done: CompletedSession) -> None:
+        self.process(done.session, done.spans)
+
+    def close(self) -> None:
+        pass
+
+
+def _create(config: RedactorConfig, ctx: StageContext, _next: None) -> Redactor:
+    return Redactor(config)
+
+
+STAGE = StageType("redactor", "session", _create, RedactorConfig,
+                  description="scrub secrets and PII before anything is written (off by default)")

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from wt_otel.components import load as load_component
+from wt_otel.components import load_plugin
 from wt_otel.contracts.formats import FORMATS as CONTRACT_FORMATS
 from wt_otel.contracts.formats import json_schema
 from wt_otel.contracts.validate import UnreadableFile, find_files, validate_file
@@ -98,11 +98,14 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
 @click.option("--trace-id", "trace_ids", multiple=True, metavar="ID",
               help="Only sessions containing this trace id (hex); repeatable.")
 @click.option("--flagged-only", is_flag=True,
-              help="Only sessions flagged as incidents (a span with wt.incident / wt.flag).")
+              help="Only sessions flagged as incidents (wt.incident / wt.flag / incident.id, negative feedback, or "
+                   "the rules of --config).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="wt-otel serve's YAML config: its `flagger:` section decides what is an incident, as in serve.")
 @click.option("--strict", is_flag=True, help="Stop at the first corrupt input, before writing anything.")
 @click.pass_context
 def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, force: bool,
-            trace_ids: tuple[str, ...], flagged_only: bool, strict: bool) -> None:
+            trace_ids: tuple[str, ...], flagged_only: bool, config_path: Path | None, strict: bool) -> None:
     """Turn telemetry dumps into scenario directories, one per agent session.
 
     \b
@@ -120,7 +123,15 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal).
     Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
     """
-    writer = load_component("exporters", "scenario-dir")(out, force=force)
+    from wt_otel.ingest.flags import FlagRules
+    from wt_otel.serve.config import ConfigError, load_serve_config
+
+    try:
+        flag_rules = FlagRules(load_serve_config(config_path).flagger) if config_path else None
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    writer = load_plugin("sinks", "scenario-dir")(out, force=force)
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
@@ -131,7 +142,7 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
                 bar.update(task, description=f"{what}: {n:,}")
 
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
-                                  strict=strict, progress=progress)
+                                  strict=strict, progress=progress, flag_rules=flag_rules)
     except ImportAborted as exc:
         click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
         ctx.exit(1)

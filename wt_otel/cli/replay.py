@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
+from wt_otel.components import names
+from wt_otel.replay.runtimes import runtime_names
 from wt_otel.replay.selection import selection_options
 
 if TYPE_CHECKING:  # click passes the Choice values; the modules are imported when a command runs
@@ -20,7 +22,8 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
 @click.command("run")
 @click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--runtime", "runtime_spec", default="http_inject", show_default=True, metavar="SPEC",
-              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent).")
+              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent), "
+                   f"or a registered runtime NAME[:ARG] ({', '.join(runtime_names())}).")
 @click.option("--inject-url", "--url", "inject_url", metavar="URL",
               help="http_inject base URL [$WT_INJECT_URL, else http://127.0.0.1:8647].")
 @click.option("--runs", type=click.IntRange(min=1), metavar="N", help="Runs per scenario [the scenario's runs].")
@@ -41,8 +44,9 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="Port of the cassette server (with --llm replay).")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["junit", "json"]),
-              help="Also write the results as JUnit XML or a JSON sweep document (needs --out).")
+@click.option("--format", "fmt", type=click.Choice(names("results_formats")),
+              help="Also write the results in this registered results format, e.g. junit (JUnit XML) or json "
+                   "(a JSON sweep document); needs --out.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format writes (results.xml / results.json; the suffix implies the format).")
 @click.option("--otlp-endpoint", metavar="URL",
@@ -231,8 +235,9 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.argument("dump", metavar="[DUMP]", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--suite", "suite_paths", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               metavar="SUITE.yaml", help="A trace2test suite (repeatable) [every tests/agents/*.t2t.yaml].")
-@click.option("--format", "fmt", type=click.Choice(["text", "junit", "json"]), default="text", show_default=True,
-              help="junit / json also write the results document to --out (the text lines still print).")
+@click.option("--format", "fmt", type=click.Choice(["text", *names("results_formats")]), default="text",
+              show_default=True, help="A registered results format (junit, json, ...) also writes the results "
+                                      "document to --out (the text lines still print).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format junit|json goes; results.xml or results.json alone picks the format.")
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
@@ -263,16 +268,13 @@ def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...],
     YAML path), an unreadable trace, or bad flags.
     """
     from wt_otel.contracts.results import SweepResult
+    from wt_otel.reporting.outputs import infer_format, write_results
     from wt_otel.scoring.check import CheckInputError, SuiteError, discover_suites, run_check
 
-    if fmt == "text" and out is not None:
-        suffix = out.suffix.lower()
-        fmt = {".xml": "junit", ".json": "json"}.get(suffix, "")
-        if not fmt:
-            click.echo(f"error: --out {out}: say --format junit or --format json", err=True)
-            ctx.exit(2)
-    if fmt != "text" and out is None:
-        click.echo(f"error: --format {fmt} needs --out FILE", err=True)
+    try:
+        fmt = infer_format(None if fmt == "text" else fmt, out) or "text"
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
     suites = list(dict.fromkeys(suite_paths)) or discover_suites(Path())
     if not suites:
@@ -314,6 +316,6 @@ def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...],
                              finished_at=sweeps[-1].finished_at, wt_version=sweeps[0].wt_version,
                              scenarios=[r for s in sweeps for r in s.scenarios],
                              selection={"suites": [str(r.suite.path) for r in runs]})
-        load_component("exporters", fmt)(merged, out)
+        write_results(merged, fmt, out)
         click.echo(f"{fmt} results in {out}", err=True)
     ctx.exit(2 if broken else 0 if all(run.passed for run in runs) else 1)

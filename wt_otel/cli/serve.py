@@ -9,7 +9,8 @@ import click
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue, replay); flags override it.")
+              help="YAML config (pipeline, receivers, data_dir, filter, assembler, flagger, redactor, queue, replay); "
+                   "flags override it.")
 @click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
 @click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")

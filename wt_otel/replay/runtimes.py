@@ -12,9 +12,9 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from http.client import HTTPException
-from importlib.metadata import entry_points
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from wt_otel.components import PluginError, Runtime, UnknownComponent, check_plugin, load_plugin, names
 from wt_otel.contracts.inject import (
     BODY_LIMIT,
     DEFAULT_TIMEOUT_S,
@@ -39,27 +39,6 @@ from wt_otel.contracts.inject import (
     validate_surface_response,
 )
 from wt_otel.contracts.problems import Problem
-
-
-@runtime_checkable
-class Runtime(Protocol):
-    """What `wt-otel run` drives: reset before every run, probe the surface once, inject turn by turn.
-
-    `name` and `url` go into the trace; `warnings` are things the runtime
-    cannot do (e.g. a python agent with no reset hook) that a run must report.
-    """
-
-    name: str
-    url: str | None
-    warnings: list[str]
-
-    def reset(self) -> None: ...
-
-    def surface(self) -> SurfaceProbe: ...
-
-    def inject(self, session_id: str, text: str) -> TurnResult: ...
-
-    def close(self) -> None: ...
 
 
 def new_session_id() -> str:
@@ -379,12 +358,20 @@ def load_target(target: str) -> Callable[..., Any]:
     return obj
 
 
-def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
-    """Build a runtime from `--runtime`, in the spec's order: the built-ins (`http_inject`, the default, and
-    `python:MODULE:ATTR`), then a `NAME[:ARG]` registered in the `wt_otel.runtimes` entry-point group, then a
-    dotted path `MODULE:ATTR` (an in-process agent).
+BUILTIN_RUNTIMES = ("http_inject", "python")
 
-    `url` and `timeout_s` go to http_inject and to entry-point runtimes. Raises `RuntimeSpecError`.
+
+def runtime_names() -> list[str]:
+    """What `--runtime` accepts by name: the built-ins, then the `wt_otel.runtimes` entry points."""
+    return list(dict.fromkeys([*BUILTIN_RUNTIMES, *names("runtimes")]))
+
+
+def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
+    """Build a runtime from `--runtime`: `http_inject` (default), `python:MODULE:ATTR`, a registered
+    `NAME[:ARG]` (entry-point group `wt_otel.runtimes`) or `MODULE:ATTR`, in that order (0002's
+    built-ins -> entry points -> dotted path).
+
+    `url` and `timeout_s` go to http_inject and to registered factories. Raises `RuntimeSpecError`.
     """
     spec = (spec or "http_inject").strip()
     if spec == "http_inject":
@@ -394,35 +381,36 @@ def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_
                                "agent(text, session_id) -> {\"reply\", \"tool_calls\"} or (reply, tool_calls)")
     if spec.startswith("python:"):
         return PythonRuntime.from_spec(spec.removeprefix("python:"))
-    name, _, arg = spec.partition(":")  # a registered NAME[:ARG]
-    plugin = _entry_point_runtime(name, arg or None, url, timeout_s)  # 0002: built-ins, entry points, dotted path
-    if plugin is not None:
-        return plugin
+    name, _, arg = spec.partition(":")
+    registered = _registered(name, spec, arg or None, url, timeout_s)
+    if registered is not None:
+        return registered
     if ":" in spec:
         return PythonRuntime.from_spec(spec)
-    known = sorted(ep.name for ep in entry_points(group=RUNTIME_GROUP))
-    raise RuntimeSpecError(f"unknown runtime {spec!r}: use http_inject, python:MODULE:ATTR, MODULE:ATTR or a runtime "
-                           f"installed in the {RUNTIME_GROUP!r} entry-point group (installed: "
-                           f"{', '.join(known) or 'none'})")
+    raise RuntimeSpecError(f"unknown runtime {spec!r}: use {', '.join(runtime_names())} (python:MODULE:ATTR), "
+                           "or MODULE:ATTR")
 
 
-RUNTIME_GROUP = "wt_otel.runtimes"
-
-
-def _entry_point_runtime(name: str, arg: str | None, url: str | None, timeout_s: float | None) -> Runtime | None:
-    """A runtime a package registered under `name` in the `wt_otel.runtimes` group: a factory called as
-    `factory(ARG, url=..., timeout_s=...)` (`--runtime NAME[:ARG]`) that returns a Runtime (reset, surface,
-    inject, close, name, url, warnings)."""
-    found = list(entry_points(group=RUNTIME_GROUP, name=name))
-    if not found:
-        return None
+def _registered(name: str, spec: str, arg: str | None, url: str | None, timeout_s: float | None) -> Runtime | None:
+    """A runtime from the `wt_otel.runtimes` group, checked; None when no plug-in has that name."""
     try:
-        factory = found[0].load()
+        factory = load_plugin("runtimes", name)
+    except UnknownComponent:
+        return None
+    except PluginError as exc:
+        raise RuntimeSpecError(str(exc)) from None
+    try:
         runtime = factory(arg, url=url, timeout_s=timeout_s)
-    except Exception as exc:  # a plug-in's import or constructor: a usage error naming it
-        raise RuntimeSpecError(f"runtime {name!r} ({found[0].value}) could not be built: "
-                               f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(runtime, Runtime):
-        raise RuntimeSpecError(f"runtime {name!r} ({found[0].value}) returned {type(runtime).__name__}, not a Runtime "
-                               "(name, url, warnings, reset(), surface(), inject(session_id, text), close())")
-    return runtime
+    except RuntimeSpecError:
+        raise
+    except Exception as exc:  # a factory that rejects its argument: a usage error naming the plug-in
+        raise RuntimeSpecError(f"runtime {spec!r}: {type(exc).__name__}: {exc}") from None
+    try:
+        return check_plugin(runtime, "runtime", name, f" (what runtime factory {name!r} returned)")
+    except PluginError as exc:
+        raise RuntimeSpecError(str(exc)) from None
+
+
+def http_inject_factory(arg: str | None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
+    """`http_inject` as a registered factory (`http_inject:URL` names the URL), for listing and symmetry."""
+    return HttpInjectRuntime(arg or url, timeout_s)

@@ -73,9 +73,9 @@ def test_dotted_path_comes_last(installed: None) -> None:
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("broken", "could not be built: RuntimeError: no licence"),
-    ("odd", "returned int, not a Runtime"),
-    ("nosuch", "installed: broken, echo, http_inject, odd"),
+    ("broken", "runtime 'broken': RuntimeError: no licence"),
+    ("odd", "is not a runtime: it lacks name, url"),
+    ("nosuch", "use http_inject, python, broken, echo, odd"),
 ])
 def test_bad_plugins_are_usage_errors_that_say_why(installed: None, name: str, message: str) -> None:
     with pytest.raises(RuntimeSpecError, match="runtime") as err:
