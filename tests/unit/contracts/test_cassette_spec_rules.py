@@ -122,6 +122,13 @@ def test_ttfb_from_genai_attribute() -> None:
     assert call["response_timeline"][0]["delta_ms"] == 250.0  # §2.2: the first frame's delta is the ttfb
 
 
+def test_ttfb_in_milliseconds_as_strands_writes_it() -> None:
+    """Strands Agents puts timeToFirstByteMs under the GenAI name: 120 cannot be seconds in an 800 ms span."""
+    call = exported(span({"gen_ai.request.model": "m", "gen_ai.request.stream": True,
+                          "gen_ai.server.time_to_first_token": 120}))
+    assert call["network_metrics"]["ttfb_ms"] == 120.0
+
+
 def test_ttfb_from_openinference_first_token_event() -> None:
     ev = Event(name="First Token Stream Event", time_ns=1_120_000_000)
     call = exported(span({"llm.model_name": "m", "llm.is_streaming": True}, [ev]))

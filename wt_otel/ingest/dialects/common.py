@@ -117,10 +117,17 @@ _FIRST_TOKEN_EVENTS = ("first token stream event", "gen_ai.first_token", "first_
 
 
 def first_token_ms(span: SpanRecord) -> float | None:
-    """Time to first token in ms from the span's own evidence, or None (unknown: never the total duration)."""
+    """Time to first token in ms from the span's own evidence, or None (unknown: never the total duration).
+
+    The GenAI metric is in seconds, but producers that copy it onto the span differ (Strands Agents writes
+    its `timeToFirstByteMs` there): a value that cannot be seconds (longer than the span, or a minute and
+    more when the span has no duration) but fits as milliseconds is read as milliseconds.
+    """
     v = first(span.attributes, _TTFT_SECONDS)
     if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
-        return float(v) * 1000.0
+        duration_ms = max(span.end_ns - span.start_ns, 0) / 1e6
+        as_ms = v * 1000.0 > duration_ms >= v if duration_ms else v >= 60
+        return float(v) if as_ms else float(v) * 1000.0
     for ev in span.events:
         if ev.name.lower() in _FIRST_TOKEN_EVENTS and ev.time_ns >= span.start_ns > 0:
             return (ev.time_ns - span.start_ns) / 1e6
