@@ -95,8 +95,9 @@ def create_app(config: AgentConfig) -> Starlette:
         except BadRequest as exc:
             return _bad_request(exc)
         outcome = await agent.inject(session_id, text, timeout_s, incident)
-        response: dict[str, Any] = {"wt_inject": VERSION, "reply": outcome.reply, "tool_calls": outcome.tool_calls,
-                                    "model": config.model}  # additive: the driver's ledger names the model
+        response: dict[str, Any] = {"wt_inject": VERSION, "reply": outcome.reply, "tool_calls": outcome.tool_calls}
+        if outcome.model:  # additive: the model the response named, so the driver's ledger can name it
+            response["model"] = outcome.model
         if outcome.error:
             response["error"] = outcome.error
         return JSONResponse(response)
