@@ -76,3 +76,17 @@ def test_run_warnings_reach_junit_system_out(tmp_path: Path) -> None:
     [case] = list(JUnitXml.fromfile(str(tmp_path / "r.xml")))[0]
     assert "state between runs is not wiped" in (case.system_out or "")
     assert result.record.scenarios[0].warnings
+
+
+def test_the_report_says_who_acts(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from wt_otel.cli import main
+
+    write_scenario(tmp_path / "sc", "gap", scorer_source=FACTS)
+    run_sweep([tmp_path / "sc"], PythonRuntime(UniverseAgent([("lookup_order", {"order_id": "B-7"})])), tmp_path)
+    result = CliRunner().invoke(main, ["report", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    assert "[recording_gap] " in result.output
+    as_json = CliRunner().invoke(main, ["report", "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
+    assert json.loads(as_json.output)["scenarios"][0]["latest_triage"] == "recording_gap"
