@@ -111,3 +111,22 @@ def test_assertions_see_guardrail_triggers_and_handoffs(dump: Path, tmp_path: Pa
     ]}))
     result = CliRunner().invoke(main, ["check", str(dump), "--suite", str(suite)])
     assert result.exit_code == 0, result.output
+
+
+def test_generic_jsonl_guardrails_and_handoffs_are_kept_too(tmp_path: Path) -> None:
+    """trace2test's generic JSONL carries the same types (guardrails need name + triggered, handoffs from/to)."""
+    base = {"trace_id": "trace_g", "workflow_name": "refunds"}
+    records = [
+        {"span_id": "s1", "type": "generation", "model": "gpt-x", "input": [{"role": "user", "content": "Refund 7"}],
+         "output": [{"role": "assistant", "content": "Blocked."}]},
+        {"span_id": "s2", "type": "guardrail", "name": "refund_limit", "triggered": True,
+         "metadata": {"limit": 100}},
+        {"span_id": "s3", "type": "handoff", "from_agent": "triage", "to_agent": "human"},
+        {"span_id": "s4", "type": "custom", "name": "audit", "data": {"ticket": "T-9"}},
+    ]
+    path = tmp_path / "g.jsonl"
+    path.write_text("".join(json.dumps({**base, **r}) + "\n" for r in records))
+    session = build_session([r for r in read_dump(path, "generic-jsonl") if not hasattr(r, "message")])
+    kinds = [(c["type"], c["name"]) for c in session.custom_spans]
+    assert kinds == [("guardrail", "refund_limit"), ("handoff", "human"), ("custom", "audit")]
+    assert session.custom_spans[0]["triggered"] is True
