@@ -101,3 +101,13 @@ def test_universe_serve_rejects_a_bad_hook(tmp_path: Path) -> None:
     path.write_text(json.dumps(SYNTH))
     result = CliRunner().invoke(main, ["universe", "serve", str(path), "--port", "0", "--synthesize", "nope:x"])
     assert result.exit_code == 2 and "cannot import 'nope'" in result.output
+
+
+def test_two_scenarios_with_a_hooks_py_of_the_same_name_keep_their_own(tmp_path: Path) -> None:
+    for sid, label in (("one", "first"), ("two", "second")):
+        d = write_scenario(tmp_path / "sc", sid, universe=SYNTH, synthesize="hooks:make")
+        (d / "hooks.py").write_text(f"def make(tool, args, universe):\n    return {{'from': {label!r}}}\n")
+    agent = UniverseAgent([("lookup_order", {"order_id": "Z"})])
+    result = run_sweep([tmp_path / "sc"], PythonRuntime(agent), tmp_path)
+    got = [s.traces[0].mcp_calls[0].result for s in result.scenarios]
+    assert got == [{"from": "first"}, {"from": "second"}]

@@ -10,11 +10,15 @@ the caller's to catch (a synthesize hook's failure is that call's failure).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 _SPEC = re.compile(r"(?P<module>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\Z")
@@ -27,19 +31,20 @@ class HookError(ValueError):
 def load_hook(spec: str, what: str, *, search_cwd: bool = True, extra_path: str | None = None) -> Callable[..., Any]:
     """The callable `module:attr` names. `what` says which hook it is, for the error ("synthesize hook").
 
-    `extra_path` (a scenario's folder) and, with `search_cwd`, the current directory are importable,
-    as for `python -m`. Raises `HookError`.
+    A module file in `extra_path` (a scenario's folder) is imported by its path, under a name unique to it;
+    otherwise the module is imported by name (with `search_cwd`, the current directory is importable, as
+    for `python -m`). Raises `HookError`.
     """
     match = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
     if match is None:
         raise HookError(f"{what} {spec!r}: must be MODULE:ATTR with Python identifiers (e.g. my_hooks:synthesize); "
                         "file paths and expressions are not accepted")
     module_name, attr = match["module"], match["attr"]
-    for folder in (extra_path, os.getcwd() if search_cwd else None):
-        if folder and folder not in sys.path:
-            sys.path.insert(0, folder)
+    local = Path(extra_path, *module_name.split(".")).with_suffix(".py") if extra_path else None
+    if search_cwd and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _by_path(local) if local is not None and local.is_file() else importlib.import_module(module_name)
     except ImportError as exc:
         raise HookError(f"{what} {spec!r}: cannot import {module_name!r}: {exc} (is it on PYTHONPATH? the current "
                         "directory is searched)") from exc
@@ -54,3 +59,22 @@ def load_hook(spec: str, what: str, *, search_cwd: bool = True, extra_path: str 
         kind = "a class" if isinstance(obj, type) else type(obj).__name__
         raise HookError(f"{what} {spec!r} is {kind}, not a callable: point at a function")
     return obj
+
+
+def _by_path(path: Path) -> ModuleType:
+    """A hook module beside a scenario, imported by its path under a name unique to that path: two scenarios'
+    `hooks.py` never shadow each other (importing by module name would reuse whichever loaded first)."""
+    name = "wt_otel_hook_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
