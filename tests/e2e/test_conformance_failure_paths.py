@@ -162,3 +162,21 @@ def test_the_reference_agent_conforms_with_a_must_call_scenario(tmp_path: Path, 
     assert got["runtime.must_call"] == "PASS", detail(report, "runtime.must_call")
     assert got["inject.error_path"] == "SKIP"
     assert report.conforming, [c.line() for c in report.checks if c.status == "FAIL"]
+
+
+def test_the_reference_agent_answers_a_failing_model_with_an_error_envelope(tmp_path: Path) -> None:
+    """The agent's model is the scenario's cassette; the error-path check makes it fail every request."""
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root))
+    from examples.agent import AgentConfig, start_in_thread
+
+    d = scenario(tmp_path, turn="What is the email on file for Bluewing?", cassette=True)
+    universe_port, llm_port = free_port(), free_port()
+    config = AgentConfig(mcp_url=f"http://127.0.0.1:{universe_port}/mcp",
+                         openai_base_url=f"http://127.0.0.1:{llm_port}/v1", instructions="Answer briefly.")
+    with start_in_thread(config, port=0) as server:
+        report = run_conformance(server.url, emit=lambda line: None, settle_s=0, deadline_s=1.0, grace_s=2.0,
+                                 scenario=loaded(d, cassette=True), universe_port=universe_port, llm_port=llm_port)
+    assert statuses(report)["inject.error_path"] == "PASS", detail(report, "inject.error_path")
+    assert "answered 200 with error" in detail(report, "inject.error_path")  # the model's HTTP error, verbatim
+    assert report.conforming, [c.line() for c in report.checks if c.status == "FAIL"]
