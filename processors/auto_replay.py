@@ -134,6 +134,11 @@ class AutoReplay:
         if not (session.complete and session.flagged):
             return
         ref = incident_ref(session)
+        if not session.content_captured:  # a skeleton with TODO turns is not a replayable incident
+            setting = next((d.get("setting") for d in session.diagnostics if d.get("setting")), None)
+            self._refuse(ref, "the session holds no message content (capture off or redacted)"
+                         + (f"; turn it on with {setting}" if setting else ""))
+            return
         admission = self.queue.admit(ref)
         if admission is QueueAdmission.DUPLICATE:
             job = self.queue.known(ref)

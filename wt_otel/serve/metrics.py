@@ -21,6 +21,7 @@ HELP = {
     "wt_otel_sessions_written_total": "Session revisions written to the data dir.",
     "wt_otel_sessions_flushed_incomplete_total": "Sessions flushed early because a memory bound was hit.",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
+    "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
     "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",

@@ -34,6 +34,7 @@ from wt_otel.components import (
 )
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.budget import AdmissionControl, BudgetConfig
 from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -53,6 +54,7 @@ class SessionPipeline:
     assembler: Any
     session_stages: list[tuple[str, Any]] = field(default_factory=list)
     queue: Pipeline | None = None
+    admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
 
     @property
     def store(self) -> Any:
@@ -65,13 +67,49 @@ class SessionPipeline:
     def emit_session(self, session: Session, spans: list[SpanRecord]) -> None:
         """The assembler's sink: each completed session through the session stages, in order."""
         done = CompletedSession(session, spans)
-        for _, stage in self.session_stages:
-            stage.on_session(done)
+        for name, stage in self.session_stages:
+            try:
+                stage.on_session(done)
+            except Exception as exc:
+                store = self.store
+                if done.written is not None or store is None or not hasattr(store, "quarantine"):
+                    raise  # already stored (a later stage failed): the assembler logs and counts it
+                # hostile content must cost this session a stage, not its data
+                log.exception("session %s: stage %s failed", session.key, name)
+                store.quarantine(session, spans, f"stage {name} failed: {type(exc).__name__}: {exc}")
+                return
+            if done.halted:  # the store deferred or quarantined it: nothing after it has a `written`
+                return
 
     def start_queue(self, *, max_queued_records: int, tick_interval: float) -> Pipeline:
+        """The bounded queue in front of `head`, with admission control (`serve.queue`) and, when there is a
+        data dir, its health: a full disk stops acknowledging until deferred writes go through."""
+        q = self.context.serve_config.queue
+        held = getattr(self.assembler, "held_bytes", None)
+        self.admission = AdmissionControl(
+            BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
+                         max_records=max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
+                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure),
+            held=held if callable(held) else None)
+        housekeeping = []
+        store = self.store
+        if store is not None and hasattr(store, "retry_deferred"):
+            store.on_health = self._store_health
+            housekeeping.append(store.retry_deferred)
         self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
-                              tick_interval=tick_interval).start()
+                              tick_interval=tick_interval, admission=self.admission,
+                              housekeeping=housekeeping).start()
         return self.queue
+
+    def _store_health(self, reason: str | None) -> None:
+        """The data dir became unwritable (stop acknowledging) or writable again."""
+        if self.admission is not None:
+            self.admission.set_degraded("data dir", reason)
+        self.context.metrics.set("wt_otel_datadir_degraded", 1 if reason else 0)
+        if reason:
+            self.context.warn(f"data dir cannot be written ({reason}): refusing exports until it can")
+        else:
+            log.info("data dir writable again: accepting exports")
 
     def start_stages(self) -> None:
         """Start the session stages that run threads of their own (auto-replay's worker)."""
@@ -186,6 +224,11 @@ class Server:
     def replay(self) -> Any:
         """processors/auto_replay.AutoReplay when replay.enabled, once started; else None."""
         return self.stages.stages.get("auto-replay") if self.stages else None
+
+    @property
+    def admission(self) -> AdmissionControl | None:
+        """What the queue admits (byte budget, fair shares, store health), once started."""
+        return self.stages.admission if self.stages else None
 
     @property
     def grpc_port(self) -> int | None:
