@@ -128,11 +128,11 @@ def test_unknown_shape_on_a_read_chat_span_names_that_span(tmp_path: Path, otlp_
     whichever span an earlier loop ended on), beside a well-formed chat span of the same session."""
     def build(t):
         with t.start_as_current_span("invoke_agent acme", attributes={"gen_ai.operation.name": "invoke_agent"}):
-            chat_span(t, inputs=[user(ASK)], outputs=[assistant("It is sunny in Lisbon.")])
             with t.start_as_current_span("chat odd-model", attributes={
                     "gen_ai.operation.name": "chat", "gen_ai.request.model": "odd-model",
                     "gen_ai.input.messages": json.dumps([{"who": "me", "said": ASK}])}):
                 pass
+            chat_span(t, inputs=[user(ASK)], outputs=[assistant("It is sunny in Lisbon.")])
 
     r = run("import", str(otlp_dump(build)), "--out", str(tmp_path / "out"))
     assert r.exit_code == 0, r.output
