@@ -24,6 +24,7 @@ from typing import Any
 
 from wt_otel.ingest import dialects
 from wt_otel.ingest.diagnostics import diagnose
+from wt_otel.ingest.dialects import agents
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FlagRules, default_rules
 from wt_otel.ingest.keys import FLAG_KEYS
@@ -159,6 +160,9 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
                 calls.append(obs)
             if obs.dialect not in session.dialects:
                 session.dialects.append(obs.dialect)
+        custom = agents.custom_span(span)
+        if custom is not None:
+            session.custom_spans.append(custom)
     if not session.witnessed_calls and not any(
             c.input_messages or c.output_messages or not c.is_transcript for c in calls):
         return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
