@@ -196,7 +196,8 @@ class AutoReplay:
         return RunOptions(runtime=self.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
                           universe_port=c.universe_port, llm_port=c.llm_port, label=LABEL,
                           emit=lambda text: log.debug("%s", text), selection={"auto_replay": True},
-                          ledger=False)  # appended here, so an abandoned replay cannot add a second row
+                          ledger=False,  # appended here, so an abandoned replay cannot add a second row
+                          synthesize=c.synthesize)
 
     def _work(self) -> None:
         for stale in self.queue.interrupted():
