@@ -17,8 +17,8 @@ ANSWER = "The email is ops@bluewing.example."
 def llm_call(messages: list[dict], frames: list[dict], error: tuple[str, str] | None = None) -> dict[str, Any]:
     return {"request_context": {"model": "gpt-4o-mini", "provider": "openai", "messages": messages},
             "response_timeline": frames,
-            "exception_boundary": {"occurred": bool(error), "error_type": error and error[0],
-                                   "message": error and error[1]},
+            "exception_boundary": ({"occurred": True, "error_type": error[0], "message": error[1]} if error
+                                   else {"occurred": False}),
             "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}}
 
 

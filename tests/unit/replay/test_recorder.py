@@ -5,6 +5,7 @@ with zero divergence."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -199,7 +200,10 @@ def test_upstream_error_is_passed_through_recorded_and_replayed(tmp_path, proxie
 
 def test_dead_upstream_is_a_502_and_nothing_recorded(tmp_path, proxies):
     out = tmp_path / "c.json"
-    proxy = proxies(RecordingProxy("http://127.0.0.1:9/v1", out, port=0))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    proxy = proxies(RecordingProxy(f"http://127.0.0.1:{dead}/v1", out, port=0))
     with pytest.raises(openai.InternalServerError, match="unreachable"):
         openai.OpenAI(base_url=proxy.base_url, api_key="sk", max_retries=0).chat.completions.create(
             model="gpt-4o-mini", messages=[{"role": "user", "content": ASK}])
