@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from wt_otel._util.fsutil import unique_slug
+from wt_otel._util.otlp_env import resolve_otlp
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
 from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
@@ -85,10 +86,11 @@ class AutoReplay:
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
         results = config.results
         self.exporter: Any = None
-        if results.otlp_endpoint:
-            self.exporter = load_component("exporters", "result-spans")(
-                results.otlp_endpoint, results.otlp_protocol, results.otlp_headers, agent_name=results.agent_name,
-                warn=self.warn)
+        settings = resolve_otlp(results.otlp_endpoint, results.otlp_protocol, results.otlp_headers or None,
+                                explicit_source="replay.results.otlp_endpoint")
+        if settings is not None:
+            self.exporter = load_component("exporters", "result-spans").from_settings(
+                settings, agent_name=results.agent_name, warn=self.warn)
         self.writer = load_component("exporters", "scenario-dir")(self.data_dir / SCENARIOS)
         self.queue = ReplayQueue(self.data_dir, config.queue_max)
         self._lock = threading.Lock()  # the in-flight job, between the worker and stop()
@@ -109,9 +111,23 @@ class AutoReplay:
     def results_target(self) -> str:
         """Where result spans go, in words (printed at start, so nobody wonders where they went)."""
         if self.exporter is None:
-            return ("not exported (no replay.results.otlp_endpoint / --results-otlp-endpoint; set one to send them "
-                    "to Phoenix, Jaeger, Tempo or any OTLP backend)")
+            return ("not exported (no replay.results.otlp_endpoint / --results-otlp-endpoint / "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT; set one to send them to Phoenix, Jaeger, Tempo or any OTLP backend)")
         return f"{self.exporter.target.url} ({self.exporter.target.protocol})"
+
+    def drop_exporter_if_self(self, ports: set[int]) -> str | None:
+        """An exporter aimed at this serve's own receivers (OTEL_EXPORTER_OTLP_ENDPOINT set for the apps, and
+        inherited by serve) would feed result spans back in; turn it off and say why."""
+        if self.exporter is None:
+            return None
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.exporter.target.url)
+        if url.hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and url.port in ports:
+            target, self.exporter = self.exporter.target.url, None
+            return (f"result spans NOT exported: the endpoint {target} is this serve's own receiver "
+                    "(set replay.results.otlp_endpoint or --results-otlp-endpoint to a tracing backend)")
+        return None
 
     def start(self) -> AutoReplay:
         self._thread.start()

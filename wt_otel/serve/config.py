@@ -146,11 +146,17 @@ class QueueConfig(_Strict):
 
 
 class ReplayResultsConfig(_Strict):
-    """Where replay results go as OTel spans (the `result-spans` exporter); no endpoint: not exported."""
+    """Where replay results go as OTel spans (the `result-spans` exporter). Each key falls back to the OTel
+    SDK's environment variable; no endpoint anywhere: not exported."""
 
-    otlp_endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317")
-    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
-    otlp_headers: dict[str, str] = Field(default_factory=dict, description="sent with every export")
+    otlp_endpoint: str | None = Field(
+        None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317 "
+                          "[$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT]; "
+                          "`none`: off even when the environment names one")
+    otlp_protocol: Literal["grpc", "http/protobuf"] | None = Field(
+        None, description="[$OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf]")
+    otlp_headers: dict[str, str] = Field(default_factory=dict,
+                                         description="sent with every export [$OTEL_EXPORTER_OTLP_HEADERS]")
     agent_name: str | None = Field(None, description="gen_ai.agent.name on invoke_agent spans [the inject URL]")
 
 

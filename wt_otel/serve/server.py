@@ -119,6 +119,9 @@ class Server:
             self.store.close()
             raise ServeStartError(f"cannot start the receivers: {exc}") from exc
         if self.replay is not None:
+            ports = {p for p in (self.grpc_port, self.http_port) if p}
+            if note := self.replay.drop_exporter_if_self(ports):
+                self.warn(note)
             self.replay.start()
         return self
 
