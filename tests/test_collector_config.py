@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from wt_otel.serve.receivers.config import ReceiversConfig
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "collector-config"
 OTELCOL_CONFIGS = sorted(CONFIG_DIR.glob("otelcol*.yaml"))
 
@@ -70,7 +72,7 @@ CONTRIB_COMPONENTS = {
     },
 }
 SECTIONS = tuple(CONTRIB_COMPONENTS)
-WT_OTEL_GRPC_PORT = 4317
+WT_OTEL_GRPC_PORT = int(ReceiversConfig().grpc_endpoint.rsplit(":", 1)[1])  # serve's default
 
 
 def load(path: Path) -> dict:

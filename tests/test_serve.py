@@ -148,3 +148,15 @@ def test_kill_9_mid_stream_then_restart_leaves_a_consistent_data_dir(tmp_path):
     assert rc == 0, err
     entries = check_consistent(tmp_path)
     assert len(entries) >= len(before.entries) >= 3
+
+
+def test_grpc_endpoint_none_runs_serve_with_http_only(tmp_path):
+    """`--grpc-endpoint none` (issue 12: was `must be host:port`): no gRPC receiver, HTTP still works."""
+    serve = Serve(tmp_path / "data", "--grpc-endpoint", "none")
+    try:
+        assert serve.post(agent_requests(1)[0]) == 200
+        serve.wait_written(1)
+    finally:
+        rc, err = serve.stop()
+    assert rc == 0, err
+    assert not any("OTLP/gRPC" in line for line in serve.out)

@@ -10,8 +10,10 @@ import click
 @click.command()
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue, replay); flags override it.")
-@click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
-@click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
+@click.option("--grpc-endpoint", metavar="HOST:PORT|none",
+              help="OTLP/gRPC address [127.0.0.1:14317; port 0: any; none: off]. Not 4317: the collector's.")
+@click.option("--http-endpoint", metavar="HOST:PORT|none",
+              help="OTLP/HTTP address [127.0.0.1:14318; port 0: any; none: off]. Not 4318: the collector's.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")
 @click.option("--session-idle-timeout", type=float, metavar="SECONDS",
               help="A session with no new span for this long is complete [30].")
