@@ -91,7 +91,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     if server.grpc_port is not None:
         click.echo(f"OTLP/gRPC listening on {config.receivers.grpc_endpoint.rpartition(':')[0]}:{server.grpc_port}")
     if server.http_url is not None:
-        click.echo(f"OTLP/HTTP listening on {server.http_url} (/v1/traces, /v1/logs, /healthz, /metrics)")
+        click.echo(f"OTLP/HTTP listening on {server.http_url} "
+                   "(/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)")
     backend = check_protobuf_backend()
     click.echo(f"protobuf backend: {backend}")
     if backend != "upb":

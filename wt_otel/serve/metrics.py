@@ -14,6 +14,8 @@ Labels = tuple[tuple[str, str], ...]
 HELP = {
     "wt_otel_spans_received_total": "Spans received by the OTLP receivers.",
     "wt_otel_log_records_received_total": "Log records received by the OTLP receivers.",
+    "wt_otel_metric_points_dropped_total": "OTLP metric data points received and dropped (wt-otel keeps traces and "
+                                           "logs; metrics are accepted so an app's exporter does not fail).",
     "wt_otel_records_accepted_total": "Spans and log records accepted into the pipeline.",
     "wt_otel_records_rejected_total": "Spans and log records rejected, by reason.",
     "wt_otel_records_dropped_total": "Records dropped by a processor, by reason (e.g. not GenAI).",

@@ -1,4 +1,5 @@
-"""OTLP/gRPC: `TraceService/Export` and `LogsService/Export` on a grpcio server.
+"""OTLP/gRPC: `TraceService/Export` and `LogsService/Export` on a grpcio server (and `MetricsService/Export`,
+which accepts and drops metrics).
 
 The servicers subclass the generated `*ServiceServicer`s, but are registered
 with a pass-through request deserializer: grpc answers INTERNAL when its own
@@ -26,6 +27,8 @@ import grpc
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -53,6 +56,7 @@ _MAX_CONCURRENT_RPCS = 64
 
 _TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+_METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
 class _ExportServicer:
@@ -105,6 +109,12 @@ class LogsService(_ExportServicer, logs_service_pb2_grpc.LogsServiceServicer):
     signal = Signal.LOGS
 
 
+class MetricsService(_ExportServicer, metrics_service_pb2_grpc.MetricsServiceServicer):
+    """Accepts and drops metrics (counted), so an app exporting all signals here does not log failures."""
+
+    signal = Signal.METRICS
+
+
 def _metadata(context: grpc.ServicerContext, key: str) -> str | None:
     for item in context.invocation_metadata() or ():
         if item.key == key:
@@ -135,6 +145,8 @@ def start_grpc(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
                          options=options, maximum_concurrent_rpcs=_MAX_CONCURRENT_RPCS)
     _add_export_service(server, _TRACE_SERVICE, TraceService(pipeline, metrics, token), ExportTraceServiceResponse)
     _add_export_service(server, _LOGS_SERVICE, LogsService(pipeline, metrics, token), ExportLogsServiceResponse)
+    _add_export_service(server, _METRICS_SERVICE, MetricsService(pipeline, metrics, token),
+                        ExportMetricsServiceResponse)
     try:
         if config.tls_cert is not None and config.tls_key is not None:
             credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])

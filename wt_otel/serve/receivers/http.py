@@ -7,6 +7,7 @@ path               method  answer
 =================  ======  =====================================================
 /v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
 /v1/logs           POST    OTLP export
+/v1/metrics        POST    accepted and dropped (counted), so an app's metric exporter does not fail
 /healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes)
 /metrics           GET     Prometheus text; needs the token when one is set,
                            because counters reveal traffic (Prometheus sends one
@@ -63,7 +64,7 @@ from wt_otel.serve.receivers.config import ReceiversConfig, split_endpoint
 
 log = logging.getLogger("wt_otel.serve.receivers.http")
 
-_EXPORT_PATHS = {"/v1/traces": Signal.TRACES, "/v1/logs": Signal.LOGS}
+_EXPORT_PATHS = {"/v1/traces": Signal.TRACES, "/v1/logs": Signal.LOGS, "/v1/metrics": Signal.METRICS}
 _CONTENT_TYPES = {
     "application/x-protobuf": Encoding.PROTOBUF,
     "application/protobuf": Encoding.PROTOBUF,
@@ -241,8 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
                     else:
                         self._unauthorized(encoding)
                 else:
-                    self._status(404, f"no such path {path!r} (OTLP uses /v1/traces and /v1/logs)", encoding,
-                                 close=True)
+                    self._status(404, f"no such path {path!r} (OTLP uses /v1/traces, /v1/logs and /v1/metrics)",
+                                 encoding, close=True)
             except (TimeoutError, ConnectionError, ssl.SSLError):
                 self.close_connection = True  # the peer is gone or stalled; nobody to answer
             except Exception:
