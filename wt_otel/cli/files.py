@@ -16,16 +16,23 @@ from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
 
 @click.command()
-@click.argument("name", type=click.Choice(KINDS))
+@click.argument("name", type=click.Choice([*KINDS, "serve-config"]))
 def schema(name: str) -> None:
     """Print the JSON Schema of a wt-otel file format.
 
     NAME is envelope (*.wtin.json), universe (*.universe.json), cassette
-    (*.cassette.json), scenario (scenario.yaml) or trace (*.trace.json, what
-    `wt-otel run` records). The schema is generated
+    (*.cassette.json), scenario (scenario.yaml), trace (*.trace.json, what
+    `wt-otel run` records) or serve-config (`wt-otel serve --config`; see
+    docs/serve-config.md). The schema is generated
     from the models `wt-otel validate` uses; validate's messages are more
     precise, the schema is for editors and other tools.
     """
+    if name == "serve-config":
+        from wt_otel.serve.config import ServeConfig
+
+        click.echo(json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                               **ServeConfig.model_json_schema(), "title": "wt-otel serve config"}, indent=2))
+        return
     click.echo(json.dumps(json_schema(name), indent=2))
 
 

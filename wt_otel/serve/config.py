@@ -12,6 +12,9 @@ receivers read `config.receivers`.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +38,7 @@ __all__ = [
     "ReplayConfig",
     "ReplayResultsConfig",
     "ServeConfig",
+    "expand_env",
     "load_serve_config",
 ]
 
@@ -48,7 +52,7 @@ class _Strict(BaseModel):
 class FilterConfig(_Strict):
     """The cheap GenAI filter in front of everything else."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="off: every span goes to the assembler (costly on mixed traffic)")
     max_known_traces: int = Field(100_000, gt=0, description="LRU of trace ids known to carry GenAI spans")
 
 
@@ -57,8 +61,8 @@ class AssemblerConfig(_Strict):
 
     idle_timeout: float = Field(30.0, gt=0, description="seconds with no new record before a session is complete")
     grace: float = Field(2.0, ge=0, description="seconds to wait after the root agent/workflow span ended")
-    max_open_sessions: int = Field(10_000, gt=0)
-    max_records_per_session: int = Field(20_000, gt=0)
+    max_open_sessions: int = Field(10_000, gt=0, description="beyond it the oldest session is flushed incomplete")
+    max_records_per_session: int = Field(20_000, gt=0, description="beyond it the session is flushed incomplete")
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
 
@@ -76,15 +80,15 @@ class FlagRule(_Strict):
     supplies the incident id written as `source.ref`.
     """
 
-    name: str
-    kind: Literal["attribute", "status_error", "event"] = "attribute"
+    name: str = Field(description="the flag's name, recorded with the session (`flag_reason`)")
+    kind: Literal["attribute", "status_error", "event"] = Field("attribute", description="what the rule looks at")
     enabled: bool = True
-    keys: list[str] = []
-    match: Literal["present", "equals", "regex", "negative"] = "present"
-    value: Any = None
-    regex: str | None = None
-    event_name: str | None = None
-    ref_attribute: str | None = None
+    keys: list[str] = Field([], description="attribute names or fnmatch patterns (kind attribute)")
+    match: Literal["present", "equals", "regex", "negative"] = Field("present", description="how a value matches")
+    value: Any = Field(None, description="the value for match: equals")
+    regex: str | None = Field(None, description="searched in the value as text, for match: regex")
+    event_name: str | None = Field(None, description="fnmatch pattern of a span event / log name (kind event)")
+    ref_attribute: str | None = Field(None, description="attribute (on any span) whose value is the incident id")
     ref_from_value: bool = Field(False, description="use the matched attribute's value as source.ref")
 
     @model_validator(mode="after")
@@ -120,29 +124,35 @@ def default_flag_rules() -> list[FlagRule]:
 
 
 class FlaggerConfig(_Strict):
+    """Which sessions are incidents: the first matching rule, in order, flags the session."""
+
     enabled: bool = True
-    rules: list[FlagRule] = Field(default_factory=default_flag_rules)
+    rules: list[FlagRule] = Field(default_factory=default_flag_rules,
+                                  description="replaces the default rules entirely when given")
 
 
 class RedactionPattern(_Strict):
     """A user pattern; a named group `secret` limits the replacement to that group."""
 
-    name: str
-    regex: str
+    name: str = Field(description="shown in the replacement as {name}")
+    regex: str = Field(description="Python regular expression")
 
 
 class RedactorConfig(_Strict):
     """Off by default: redaction changes what replay sees, so it is a decision, not a surprise."""
 
     enabled: bool = False
-    builtins: list[Literal["email", "api_key", "bearer", "card"]] = ["email", "api_key", "bearer", "card"]
-    patterns: list[RedactionPattern] = []
+    builtins: list[Literal["email", "api_key", "bearer", "card"]] = Field(
+        ["email", "api_key", "bearer", "card"], description="built-in patterns applied when enabled")
+    patterns: list[RedactionPattern] = Field([], description="your own patterns, after the built-ins")
     attribute_keys: list[str] = Field(default_factory=list, description="object keys whose values are blanked")
     replacement: str = Field("[REDACTED:{name}]", description="`{name}` is the pattern name")
 
 
 class QueueConfig(_Strict):
-    max_queued_records: int = Field(100_000, gt=0)
+    """The bounded queue between the receivers and the pipeline."""
+
+    max_queued_records: int = Field(100_000, gt=0, description="beyond it exports get 429 / RESOURCE_EXHAUSTED")
 
 
 class ReplayResultsConfig(_Strict):
@@ -170,14 +180,14 @@ class ReplayConfig(_Strict):
     which is why those ports are fixed by default, as in `wt-otel run`.
     """
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="also turned on by --replay-runtime / --inject-url")
     runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
-    llm: Literal["replay", "live"] = "replay"
-    llm_match: Literal["exact", "sequence"] = "exact"
-    universe_port: int = Field(8648, ge=0, le=65535)
-    llm_port: int = Field(8649, ge=0, le=65535)
+    llm: Literal["replay", "live"] = Field("replay", description="replay: the recorded LLM (cassette) on llm_port")
+    llm_match: Literal["exact", "sequence"] = Field("exact", description="how the cassette server matches requests")
+    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools as an MCP server")
+    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM as an OpenAI-compatible API")
     runs_dir: Path | None = Field(None, description="traces, scores and the ledger [<data-dir>/runs]")
     results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
     queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
@@ -199,8 +209,10 @@ class ReplayConfig(_Strict):
 
 
 class ServeConfig(_Strict):
+    """`wt-otel serve --config FILE`: every section optional, every key defaulted; flags override the file."""
+
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
-    data_dir: Path = Path("wt-data")
+    data_dir: Path = Field(Path("wt-data"), description="sessions, scenarios, replay queue and runs")
     filter: FilterConfig = Field(default_factory=FilterConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
@@ -218,10 +230,44 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
-def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServeConfig:
+_ENV_REF = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
+
+
+def expand_env(value: Any, env: Mapping[str, str] | None = None, where: str = "") -> Any:
+    """`${env:VAR}` and `${env:VAR:-default}` in every string of a parsed config, as the OTel Collector does;
+    `$$` is a literal `$`. Expanded after YAML parsing, so a variable's value is text in one key, never YAML
+    structure. A variable that is unset (and has no default) is a ConfigError naming it and the key."""
+    env = os.environ if env is None else env
+    if isinstance(value, dict):
+        return {k: expand_env(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str) or "$" not in value:
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        if m.group(3) is not None:
+            raise ConfigError(f"{where or '(top)'}: {m.group(0)!r} is not a reference wt-otel expands: write "
+                              "${env:VAR} or ${env:VAR:-default} (or $$ for a literal $)")
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where or '(top)'}: environment variable {name} is not set (referenced as "
+                          f"{m.group(0)}; set it, or give a default: ${{env:{name}:-VALUE}})")
+
+    return _ENV_REF.sub(one, value)
+
+
+def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None = None,
+                      env: Mapping[str, str] | None = None) -> ServeConfig:
     """The config from `path` (YAML; none = defaults), with dotted-key `overrides` applied on top.
 
-    `overrides` maps e.g. "receivers.grpc_endpoint" to a value; None values are
+    `${env:VAR}` / `${env:VAR:-default}` in the file's values are expanded from `env` (default: the
+    process environment). `overrides` maps e.g. "receivers.grpc_endpoint" to a value; None values are
     skipped so unset command-line flags leave the file's setting alone.
     """
     data: dict[str, Any] = {}
@@ -232,7 +278,10 @@ def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(f"{path}: cannot read config: {e}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the config must be a mapping of sections (receivers, data_dir, ...)")
-        data = loaded or {}
+        try:
+            data = expand_env(loaded or {}, env)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -54,9 +54,9 @@ class ReceiversConfig(BaseModel):
     # checks after decompression, so a compressed gRPC message gets no more room than a plain one.
     max_message_bytes: int = Field(4 * MiB, gt=0, description="largest request body as sent")
     max_decompressed_bytes: int = Field(32 * MiB, gt=0, description="largest body after gzip decompression")
-    auth_token_file: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    auth_token_file: Path | None = Field(None, description="require `Authorization: Bearer <the file's content>`")
+    tls_cert: Path | None = Field(None, description="PEM certificate (with tls_key: TLS on both transports)")
+    tls_key: Path | None = Field(None, description="PEM private key")
 
     @field_validator("grpc_endpoint", "http_endpoint", mode="before")
     @classmethod
