@@ -324,7 +324,7 @@ def test_serve_flags_turn_replay_on_and_bad_replay_settings_are_exit_2(tmp_path:
     base = [sys.executable, "-m", "wt_otel.cli", "serve", "--data-dir", str(tmp_path), "--grpc-endpoint",
             "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0", "--inject-url", "http://127.0.0.1:1"]
     done = subprocess.run([*base, "--results-otlp-endpoint", "ftp://x"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and "error: replay: OTLP endpoint 'ftp://x'" in done.stderr, done.stderr
+    assert done.returncode == 2 and "ERROR   replay: OTLP endpoint 'ftp://x'" in done.stderr, done.stderr
     done = subprocess.run([*base, "--replay-runtime", "python:no_such_module_here:agent"], capture_output=True,
                           text=True, timeout=30)
-    assert done.returncode == 2 and "error: replay:" in done.stderr, done.stderr
+    assert done.returncode == 2 and "ERROR   replay:" in done.stderr, done.stderr

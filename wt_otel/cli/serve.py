@@ -28,11 +28,15 @@ import click
 @click.option("--results-otlp-endpoint", metavar="URL",
               help="Export replay results as OTel spans to this OTLP endpoint [replay.results.otlp_endpoint].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print a line per written session revision.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, help="debug adds gRPC core's own lines; warning hides the per-session lines.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: `<UTC time> <LEVEL> <message>`; json: one object per line (time, level, logger, message).")
 @click.pass_context
 def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | None, http_endpoint: str | None,
           data_dir: Path | None, session_idle_timeout: float | None, auth_token_file: Path | None,
           tls_cert: Path | None, tls_key: Path | None, replay_runtime: str | None, inject_url: str | None,
-          results_otlp_endpoint: str | None, quiet: bool) -> None:
+          results_otlp_endpoint: str | None, quiet: bool, log_level: str, log_format: str) -> None:
     """Receive OTLP traces and logs, write every agent session to the data dir, and replay flagged incidents.
 
     \b
@@ -51,19 +55,21 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     the verdict goes to the ledger and, with --results-otlp-endpoint, out as
     OTel spans. Nothing is retried: an error is an ERROR row.
 
+    Log: one line per event, `<UTC time> <LEVEL> <message>` (--log-format json:
+    one object per line); info to stdout, warnings and errors to stderr.
+
     SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
     every open session, let the replay in flight finish (bounded), and exit 0.
     Exit 1 if it cannot start, 2 on a bad config.
     """
-    import logging
     import signal
     import threading
 
-    from wt_otel.ingest.otlp import check_protobuf_backend
     from wt_otel.serve.config import ConfigError, load_serve_config
+    from wt_otel.serve.logs import configure
     from wt_otel.serve.server import Server, ServeStartError
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = configure(log_level, "json" if log_format == "json" else "text")
     stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -78,34 +84,29 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
             "replay.results.otlp_endpoint": results_otlp_endpoint,
         })
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        log.error("%s", exc)
         ctx.exit(2)
-    server = Server(config, quiet=quiet, emit=click.echo, warn=lambda text: click.echo(f"warning: {text}", err=True))
+    server = Server(config, quiet=quiet, emit=log.info, warn=log.warning)
     try:
         server.start()
     except ServeStartError as exc:
-        click.echo(f"error: {exc}", err=True)
+        log.error("%s", exc)
         ctx.exit(exc.exit_code)
     for note in server.recovery:
-        click.echo(f"data dir: {note}", err=True)
+        log.warning("data dir: %s", note)
     if server.grpc_port is not None:
-        click.echo(f"OTLP/gRPC listening on {config.receivers.grpc_endpoint.rpartition(':')[0]}:{server.grpc_port}")
+        log.info("OTLP/gRPC listening on %s:%s", config.receivers.grpc_endpoint.rpartition(':')[0], server.grpc_port)
     if server.http_url is not None:
-        click.echo(f"OTLP/HTTP listening on {server.http_url} "
-                   "(/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)")
-    backend = check_protobuf_backend()
-    click.echo(f"protobuf backend: {backend}")
-    if backend != "upb":
-        click.echo(f"WARNING: protobuf runs on the {backend!r} backend, not upb: decoding is ~200x slower. "
-                   "Unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION and reinstall protobuf.", err=True)
-    click.echo(f"data dir: {config.data_dir}")
+        log.info("OTLP/HTTP listening on %s (/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)",
+                 server.http_url)
+    log.info("data dir: %s", config.data_dir)
     if server.replay is not None:
-        click.echo(f"replay: flagged incidents -> {server.replay.endpoint} ({config.replay.runtime}, llm "
-                   f"{config.replay.llm}); runs in {config.runs_dir}; result spans {server.replay.results_target}")
+        log.info("replay: flagged incidents -> %s (%s, llm %s); runs in %s; result spans %s", server.replay.endpoint,
+                 config.replay.runtime, config.replay.llm, config.runs_dir, server.replay.results_target)
     while not stop.wait(0.5):
         pass
-    click.echo("stopping: draining the queue and writing open sessions", err=True)
+    log.info("stopping: draining the queue and writing open sessions")
     server.stop()
     written = server.metrics.get("wt_otel_sessions_written_total")
-    click.echo(f"stopped: {written:g} session revision(s) written", err=True)
+    log.info("stopped: %s session revision(s) written", f"{written:g}")
     ctx.exit(0)

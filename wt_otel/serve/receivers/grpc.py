@@ -46,6 +46,7 @@ from wt_otel.serve.receivers.common import (
     rpc_status_bytes,
 )
 from wt_otel.serve.receivers.config import ReceiversConfig
+from wt_otel.serve.receivers.diagnose import bind_cause, captured_fd2
 
 log = logging.getLogger("wt_otel.serve.receivers.grpc")
 
@@ -56,6 +57,7 @@ _MAX_CONCURRENT_RPCS = 64
 
 _TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+_HINT = " (another process has this port: choose another with --grpc-endpoint, or turn it off with none)"
 _METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
@@ -147,15 +149,21 @@ def start_grpc(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
     _add_export_service(server, _LOGS_SERVICE, LogsService(pipeline, metrics, token), ExportLogsServiceResponse)
     _add_export_service(server, _METRICS_SERVICE, MetricsService(pipeline, metrics, token),
                         ExportMetricsServiceResponse)
-    try:
-        if config.tls_cert is not None and config.tls_key is not None:
-            credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
-            port = server.add_secure_port(config.grpc_endpoint, credentials)
-        else:
-            port = server.add_insecure_port(config.grpc_endpoint)
-    except RuntimeError as e:  # grpcio reports a failed bind this way
-        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}: {e}") from None
-    if port == 0:  # older grpcio returns 0 instead of raising
-        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}")
+    port = 0
+    failure: str | None = None
+    with captured_fd2() as core_lines:  # gRPC core's own lines: routed to logging, the cause kept
+        try:
+            if config.tls_cert is not None and config.tls_key is not None:
+                credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(),
+                                                            config.tls_cert.read_bytes())])
+                port = server.add_secure_port(config.grpc_endpoint, credentials)
+            else:
+                port = server.add_insecure_port(config.grpc_endpoint)
+        except RuntimeError as e:  # grpcio reports a failed bind this way
+            failure = str(e)
+    if failure is not None or port == 0:  # older grpcio returns 0 instead of raising
+        cause = bind_cause(core_lines) or failure or "grpc could not bind it"
+        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}: {cause}"
+                      f"{_HINT if 'in use' in cause else ''}") from None
     server.start()
     return server, port

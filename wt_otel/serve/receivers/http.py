@@ -393,8 +393,12 @@ def start_http(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
     try:
         server = OtlpHttpServer(config, pipeline, metrics, token, ssl_context)
     except OSError as e:
-        problem = e.strerror or e
-        raise OSError(e.errno, f"OTLP/HTTP receiver cannot listen on {config.http_endpoint}: {problem}") from None
+        problem = (e.strerror or str(e)).lower()
+        hint = (" (another process has this port: choose another with --http-endpoint, or turn it off with none)"
+                if "in use" in problem else "")
+        error = OSError(f"OTLP/HTTP receiver cannot listen on {config.http_endpoint}: {problem}{hint}")
+        error.errno = e.errno  # the message without "[Errno N]", the number still there for callers
+        raise error from None
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="wt-otel-http", daemon=True)
     thread.start()
