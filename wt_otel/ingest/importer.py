@@ -19,7 +19,7 @@ from wt_otel.ingest.dumps import LineError, detect_format, read_dump
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session, ToolExecution
 
-FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
+FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
 
 
 class SessionWriter(Protocol):
