@@ -38,6 +38,7 @@ from typing import Any
 from wt_otel._util.fsutil import unique_slug
 from wt_otel._util.otlp_env import resolve_otlp
 from wt_otel.components import load as load_component
+from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
 from wt_otel.replay.runtimes import Runtime, resolve_runtime
@@ -140,6 +141,13 @@ class AutoReplay:
         if not (session.complete and session.flagged):
             return
         ref = incident_ref(session)
+        if not session.user_turns:  # nothing to inject: a replay could only "expect (no message)"
+            why = capture_hint(session) if not session.content_captured else "it has no user turn with text"
+            self.queue.refuse(ref, f"no conversation to replay: {why}")
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_conversation")
+            self.warn(f"incident {ref} NOT replayed: no conversation to replay ({why}); its session stays in "
+                      "the data dir")
+            return
         admission = self.queue.admit(ref)
         if admission is Admission.DUPLICATE:
             job = self.queue.known(ref)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from wt_otel.ingest import dialects
+from wt_otel.ingest.capture import capture_hint
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
@@ -294,9 +295,8 @@ def _check_content(session: Session) -> None:
             f"{placeholders} message part(s) hold a redaction placeholder (e.g. '[redacted]'), not real content")
     if not session.messages and session.llm_calls:
         session.content_captured = False
-        session.warnings.append(
-            "message content was not captured (content capture off in the instrumentation?); "
-            "user turns and the final answer must be written by hand")
+        session.warnings.append(f"message content was not captured: {capture_hint(session)}; "
+                                "user turns and the final answer must be written by hand")
     for m_index, msg in enumerate(session.messages):
         for part in msg["parts"]:
             if part.get("arguments_undecodable"):

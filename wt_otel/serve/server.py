@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wt_otel.components import load as load_component
+from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
@@ -53,6 +54,7 @@ class Server:
         self.pipeline: Pipeline | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
+        self._no_content_services: set[str] = set()
 
     @property
     def grpc_port(self) -> int | None:
@@ -95,6 +97,12 @@ class Server:
             for stage in stages:
                 stage.process(session, spans)
             written = self.store.write(session)
+            if not session.content_captured and session.llm_calls:
+                service = session.service_name or "(unknown service)"
+                self.metrics.inc("wt_otel_sessions_without_content_total", service=service)
+                if service not in self._no_content_services:  # once per service, not once per session
+                    self._no_content_services.add(service)
+                    self.warn(capture_hint(session))
             if not self.quiet:
                 state = "complete" if session.complete else "INCOMPLETE"
                 flag = f", flagged {session.flag_ref}" if session.flagged else ""
