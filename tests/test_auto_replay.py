@@ -173,21 +173,24 @@ def test_a_flagged_incident_in_live_telemetry_is_imported_replayed_scored_and_ex
     events, _, _ = read_events(live.data_dir / QUEUE_FILE)
     assert [e["event"] for e in events] == ["enqueued", "started", "done"]
     assert events[0]["ref"] == INCIDENT and events[0]["scenario"] == f"scenarios/{scenario.name}"
-    assert events[-1]["verdict"] == "PASS", events[-1]
+    assert events[-1]["verdict"] == "UNREVIEWED", events[-1]  # default checks passed: not a plain PASS
     # the ledger row, as `wt-otel run` writes it, and the trace beside it
     [row] = ledger_rows(live.data_dir / "runs")
-    assert (row["scenario_id"], row["verdict"], row["origin"], row["label"]) == (scenario.name, "PASS", INCIDENT,
-                                                                               "auto-replay")
+    assert (row["scenario_id"], row["verdict"], row["origin"], row["label"]) == (scenario.name, "UNREVIEWED",
+                                                                               INCIDENT, "auto-replay")
+    assert row["reviewed"] is False and row["reproduced"] is True, row  # the recorded LLM: the same answer
     assert list((live.data_dir / "runs").glob("*/*/run-1.trace.json"))
     # the result spans, linked to the incident's trace
     spans = [s for _, s in sink.spans if s.attributes.get("wt.origin.ref") == INCIDENT]
     [scenario_span] = [s for s in spans if s.name.startswith("scenario ")]
-    assert scenario_span.attributes["wt.verdict"] == "PASS"
+    assert scenario_span.attributes["wt.verdict"] == "UNREVIEWED"
+    assert scenario_span.attributes["wt.reviewed"] is False
     incident_traces = {e["trace_ids"][0] for e in latest.values() if e["flagged"]}
     assert [link.trace_id for link in scenario_span.links] == list(incident_traces)
-    assert live.metrics.get("wt_otel_replays_total", verdict="PASS") == 1
+    assert live.metrics.get("wt_otel_replays_total", verdict="UNREVIEWED") == 1
     assert live.metrics.get("wt_otel_replay_queue_depth") == 0
-    assert any(line.startswith(f"replayed incident {INCIDENT}: PASS") for line in live.lines), live.lines
+    assert any(line.startswith(f"replayed incident {INCIDENT}: UNREVIEWED: unreviewed: incident REPRODUCED")
+               for line in live.lines), live.lines
 
 
 def test_a_revision_of_a_queued_incident_is_not_queued_again(live: Live, candidate: Candidate, sink: ResultSink,
@@ -257,9 +260,9 @@ def test_stopping_mid_replay_closes_it_as_error_and_the_next_start_runs_what_was
     finally:
         restarted.stop()
     done = restarted.events("done")
-    assert [e["verdict"] for e in done] == ["ERROR", "PASS"], [e["detail"] for e in done]
+    assert [e["verdict"] for e in done] == ["ERROR", "UNREVIEWED"], [e["detail"] for e in done]
     assert len(restarted.events("started")) == 2  # each job started once: nothing was retried
-    assert [r["verdict"] for r in ledger_rows(tmp_path / "runs")] == ["ERROR", "PASS"]
+    assert [r["verdict"] for r in ledger_rows(tmp_path / "runs")] == ["ERROR", "UNREVIEWED"]
 
 
 def test_a_job_found_started_at_start_up_is_an_error_row_not_a_retry(live: Live, candidate: Candidate,

@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 LAYERS = ("outcome", "trajectory", "constraint", "integrity")
-Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
+# UNREVIEWED: an auto-imported incident whose default checks passed; it is not a pass (wt_otel.scoring.review)
+Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR", "UNREVIEWED"]
 
 
 class _Model(BaseModel):
@@ -60,6 +61,8 @@ class ScenarioResult(_Model):
     run_ids: list[str] = Field(default_factory=list)
     scores: list[RunScore] = Field(default_factory=list)
     duration_s: float = 0.0
+    reviewed: bool = True  # False: tagged unreviewed (its outcome check is a default, not a person's)
+    reproduced: bool | None = None  # unreviewed only: same final answer and tool trajectory as the incident
 
 
 class SweepResult(_Model):
@@ -78,7 +81,9 @@ class SweepResult(_Model):
 
     @property
     def ok(self) -> bool:
-        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+        """Nothing failed (UNREVIEWED is not a failure, nor a pass: it waits for a person)."""
+        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE", "UNREVIEWED")
+                                            for s in self.scenarios)
 
 
 class LedgerRow(_Model):
@@ -109,6 +114,8 @@ class LedgerRow(_Model):
     origin: str | None = None
     git_sha: str | None = None
     wt_version: str | None = None
+    reviewed: bool = True
+    reproduced: bool | None = None
 
     @classmethod
     def from_result(cls, sweep: SweepResult, result: ScenarioResult, ts: str) -> LedgerRow:
@@ -116,4 +123,5 @@ class LedgerRow(_Model):
                    owner=result.owner, label=result.label or sweep.label, model=result.model, sampler=result.sampler,
                    verdict=result.verdict, detail=result.detail, runs=result.runs, runs_passed=result.runs_passed,
                    layer_pass_rates=result.layer_pass_rates, run_ids=result.run_ids, origin=result.origin,
-                   git_sha=sweep.git_sha, wt_version=sweep.wt_version)
+                   git_sha=sweep.git_sha, wt_version=sweep.wt_version, reviewed=result.reviewed,
+                   reproduced=result.reproduced)

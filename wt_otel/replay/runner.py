@@ -58,6 +58,7 @@ from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir
 from wt_otel.replay.sweeps import append_ledger, now_iso, sweep_record
 from wt_otel.replay.universe import RecordedUniverse
 from wt_otel.scoring.layers import score_scenario
+from wt_otel.scoring.review import UNREVIEWED_TAG, mark_unreviewed
 from wt_otel.scoring.verdict import ScenarioVerdict, divergence_note, run_integrity
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
@@ -127,7 +128,8 @@ class SweepResult:
 
     @property
     def passed(self) -> bool:
-        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE", "UNREVIEWED")
+                                            for s in self.scenarios)
 
     @property
     def exit_code(self) -> int:
@@ -416,6 +418,8 @@ class Sweep:
                                 result.trace_paths)
         if record.verdict == "ERROR" and skipped > 0:
             record.detail = f"{record.detail} ({skipped} later run(s) skipped)"
+        if not loaded.error and UNREVIEWED_TAG in (loaded.scenario.tags or []):
+            mark_unreviewed(record, result.traces, loaded.path)
         result.record, result.scores = record, list(record.scores)
         result.verdict = ScenarioVerdict(record.verdict, record.detail)
 
