@@ -120,7 +120,7 @@ class IncidentFlagger:
     def process(self, session: Session, spans: list[SpanRecord]) -> Session:
         if not self.config.enabled:
             return session
-        session.flagged, session.flag_ref, session.flag_reason = False, None, None
+        session.flagged, session.flag_ref, session.flag_reason, session.flag_refs = False, None, None, []
         hit = self.evaluate(spans)
         if hit is None:
             return session
@@ -128,12 +128,27 @@ class IncidentFlagger:
         session.flagged = True
         session.flag_reason = f"{rule.name}: {what}={value!r}"
         session.flag_ref = self._ref(rule, value, spans) or (session.trace_ids[0] if session.trace_ids else None)
+        session.flag_refs = self._explicit_refs(spans)
         if session.key not in self._counted:
             self._counted[session.key] = None
             if len(self._counted) > 100_000:
                 self._counted.popitem(last=False)
             self.metrics.inc("wt_otel_flags_raised_total", rule=rule.name)
         return session
+
+    def _explicit_refs(self, spans: list[SpanRecord]) -> list[str]:
+        """Each trace's own incident id (from a rule's ref), in trace order: one conversation can carry several
+        incidents (flagged at different turns), and each must become its own scenario, not fold into the first."""
+        by_trace: OrderedDict[str, list[SpanRecord]] = OrderedDict()
+        for span in spans:
+            by_trace.setdefault(span.trace_id, []).append(span)
+        refs: list[str] = []
+        for trace_spans in by_trace.values():
+            hit = self.evaluate(trace_spans)
+            ref = self._ref(hit[0], hit[2], trace_spans) if hit else None
+            if ref and ref not in refs:
+                refs.append(ref)
+        return refs
 
     @staticmethod
     def _ref(rule: FlagRule, value: Any, spans: list[SpanRecord]) -> str | None:

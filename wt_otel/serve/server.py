@@ -15,6 +15,7 @@ abandons its replay within a bounded wait, and only then is the data dir closed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +97,15 @@ class Server:
         def write(session: Session, spans: Any) -> None:
             for stage in stages:
                 stage.process(session, spans)
+            store(session)
+            for ref in session.flag_refs:  # another incident flagged in the same conversation: its own session
+                if ref != session.flag_ref:
+                    store(dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref,
+                                              flag_reason=f"{session.flag_reason} (a later incident, {ref}, "
+                                                          f"in the conversation of {session.flag_ref})",
+                                              flag_refs=[ref]))
+
+        def store(session: Session) -> None:
             written = self.store.write(session)
             if not session.content_captured and session.llm_calls:
                 service = session.service_name or "(unknown service)"
