@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,20 @@ def incident_ref(session: Session) -> str:
 
 
 @dataclass
+class _Target:
+    """An agent to replay against and the services whose incidents it takes."""
+
+    name: str
+    services: list[str]
+    runtime: Runtime
+    universe_port: int
+    llm_port: int
+
+    def takes(self, service: str | None) -> bool:
+        return service is not None and any(fnmatchcase(service, p) for p in self.services)
+
+
+@dataclass
 class _InFlight:
     """The job the worker is on, and its sweep once the runner returned (then only export is left)."""
 
@@ -85,6 +100,13 @@ class AutoReplay:
         self.emit = emit
         self.warn = warn or log.warning
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
+        # replay targets per service: (name, patterns, runtime, universe port, llm port); the first match wins
+        self.targets: list[_Target] = [_Target("default", list(config.services), self.runtime, config.universe_port,
+                                               config.llm_port)]
+        for n, target in enumerate(config.targets, 1):
+            self.targets.append(_Target(f"target-{n}", list(target.services),
+                                        resolve_runtime(target.runtime, url=target.inject_url), target.universe_port,
+                                        target.llm_port))
         results = config.results
         self.exporter: Any = None
         settings = resolve_otlp(results.otlp_endpoint, results.otlp_protocol, results.otlp_headers or None,
@@ -148,6 +170,16 @@ class AutoReplay:
             self.warn(f"incident {ref} NOT replayed: no conversation to replay ({why}); its session stays in "
                       "the data dir")
             return
+        target = self.target_for(session)
+        if target is None:  # kept in the data dir and said; never replayed against another service's agent
+            configured = ", ".join(p for t in self.targets for p in t.services) or "none"
+            why = (f"no replay target for service {session.service_name or '(unknown)'} (replay.services / "
+                   f"--replay-service name the services the agent at {self.endpoint} serves; configured: "
+                   f"{configured})")
+            self.queue.refuse(ref, why)
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_target")
+            self.warn(f"incident {ref} NOT replayed: {why}; its session stays in the data dir")
+            return
         admission = self.queue.admit(ref)
         if admission is Admission.DUPLICATE:
             job = self.queue.known(ref)
@@ -168,6 +200,7 @@ class AutoReplay:
             return
         entry = getattr(written, "entry", {}) or {}
         job = self.queue.enqueue(ref, f"{SCENARIOS}/{slug}", session=entry.get("path"), key=session.key,
+                                 target=target.name, service=session.service_name,
                                  revision=getattr(written, "revision", None), written_at=entry.get("written_at"),
                                  import_ms=_ms(t0))
         self.metrics.inc("wt_otel_replays_queued_total")
@@ -186,10 +219,16 @@ class AutoReplay:
 
     # ---------------------------------------------------------------- the worker
 
-    def _options(self) -> RunOptions:
+    def target_for(self, session: Session) -> _Target | None:
+        """The agent that replays this session's service, or None (the service has no replay target)."""
+        return next((t for t in self.targets if t.takes(session.service_name)), None)
+
+    def _options(self, job: Job | None = None) -> RunOptions:
         c = self.config
-        return RunOptions(runtime=self.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
-                          universe_port=c.universe_port, llm_port=c.llm_port, label=LABEL,
+        name = (job.info.get("target") if job is not None else None) or "default"
+        t = next((t for t in self.targets if t.name == name), self.targets[0])
+        return RunOptions(runtime=t.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
+                          universe_port=t.universe_port, llm_port=t.llm_port, label=LABEL,
                           emit=lambda text: log.debug("%s", text), selection={"auto_replay": True},
                           ledger=False)  # appended here, so an abandoned replay cannot add a second row
 
@@ -208,10 +247,10 @@ class AutoReplay:
         scenario_dir = self.data_dir / job.scenario
         t0 = time.perf_counter()
         try:
-            sweep = run_sweep([scenario_dir], self._options())
+            sweep = run_sweep([scenario_dir], self._options(job))
         except Exception as exc:  # the runner records failures itself; this is the last line
             log.exception("replay of %s crashed", job.ref)
-            sweep = error_sweep(scenario_dir, self._options(), f"the replay crashed: {type(exc).__name__}: {exc}")
+            sweep = error_sweep(scenario_dir, self._options(job), f"the replay crashed: {type(exc).__name__}: {exc}")
         replay_ms = _ms(t0)
         with self._lock:
             if self._current is None or self._current.job is not job:  # stop() closed it already
@@ -244,7 +283,7 @@ class AutoReplay:
 
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""
-        sweep = error_sweep(self.data_dir / job.scenario, self._options(), reason)
+        sweep = error_sweep(self.data_dir / job.scenario, self._options(job), reason)
         append_ledger(self.runs_dir, sweep.record)
         self._conclude(job, sweep)
 
@@ -265,8 +304,9 @@ class AutoReplay:
                 with contextlib.suppress(Exception):
                     self._close_interrupted(current.job, f"interrupted: wt-otel serve stopped during this replay "
                                                          f"(waited {wait:g} s); not retried")
-        with contextlib.suppress(Exception):
-            self.runtime.close()
+        for target in self.targets:
+            with contextlib.suppress(Exception):
+                target.runtime.close()
         self.queue.close()
 
     def join(self, timeout: float | None = None) -> bool:

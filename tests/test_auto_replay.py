@@ -80,7 +80,7 @@ def sink() -> Iterator[ResultSink]:
 
 def serve_config(data_dir: Path, candidate: Candidate, sink: ResultSink, **replay: Any) -> ServeConfig:
     settings: dict[str, Any] = {"enabled": True, "inject_url": candidate.url, "universe_port": candidate.universe_port,
-                                "llm_port": candidate.llm_port,
+                                "llm_port": candidate.llm_port, "services": ["crm-agent"],
                                 "results": ReplayResultsConfig(otlp_endpoint=sink.url), **replay}
     return ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"), data_dir=data_dir,
                        assembler=AssemblerConfig(grace=0.3), replay=ReplayConfig(**settings))

@@ -25,6 +25,9 @@ import click
               help="Turn automatic replay on, with this runtime: http_inject or python:MODULE:ATTR [replay.runtime].")
 @click.option("--inject-url", metavar="URL",
               help="Turn automatic replay on, against this Contract C endpoint [replay.inject_url].")
+@click.option("--replay-service", "replay_services", multiple=True, metavar="SERVICE",
+              help="service.name (fnmatch pattern) whose incidents the agent replays (repeatable) [replay.services]; "
+                   "incidents of other services are kept and reported, not replayed.")
 @click.option("--results-otlp-endpoint", metavar="URL",
               help="Export replay results as OTel spans to this OTLP endpoint [replay.results.otlp_endpoint].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print a line per written session revision.")
@@ -36,7 +39,8 @@ import click
 def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | None, http_endpoint: str | None,
           data_dir: Path | None, session_idle_timeout: float | None, auth_token_file: Path | None,
           tls_cert: Path | None, tls_key: Path | None, replay_runtime: str | None, inject_url: str | None,
-          results_otlp_endpoint: str | None, quiet: bool, log_level: str, log_format: str) -> None:
+          replay_services: tuple[str, ...], results_otlp_endpoint: str | None, quiet: bool, log_level: str,
+          log_format: str) -> None:
     """Receive OTLP traces and logs, write every agent session to the data dir, and replay flagged incidents.
 
     \b
@@ -82,6 +86,7 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
             "data_dir": data_dir and str(data_dir), "assembler.idle_timeout": session_idle_timeout,
             "replay.enabled": replay_on, "replay.runtime": replay_runtime, "replay.inject_url": inject_url,
             "replay.results.otlp_endpoint": results_otlp_endpoint,
+            "replay.services": list(replay_services) or None,
         })
     except ConfigError as exc:
         log.error("%s", exc)
@@ -103,6 +108,13 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     if server.replay is not None:
         log.info("replay: flagged incidents -> %s (%s, llm %s); runs in %s; result spans %s", server.replay.endpoint,
                  config.replay.runtime, config.replay.llm, config.runs_dir, server.replay.results_target)
+        for target in server.replay.targets:
+            if target.services:
+                log.info("replay target %s: services %s -> %s", target.name, ", ".join(target.services),
+                         target.runtime.url or target.runtime.name)
+            else:
+                log.warning("replay: no service named for %s (--replay-service / replay.services): flagged "
+                            "incidents are kept and reported, not replayed", target.runtime.url or target.runtime.name)
     while not stop.wait(0.5):
         pass
     log.info("stopping: draining the queue and writing open sessions")

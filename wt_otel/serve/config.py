@@ -37,6 +37,7 @@ __all__ = [
     "RedactionPattern",
     "ReplayConfig",
     "ReplayResultsConfig",
+    "ReplayTarget",
     "ServeConfig",
     "expand_env",
     "load_serve_config",
@@ -170,6 +171,23 @@ class ReplayResultsConfig(_Strict):
     agent_name: str | None = Field(None, description="gen_ai.agent.name on invoke_agent spans [the inject URL]")
 
 
+class ReplayTarget(_Strict):
+    """One more agent to replay against: the incidents of the services it names go to it."""
+
+    services: list[str] = Field(description="service.name values (fnmatch patterns) whose incidents it replays")
+    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR")
+    inject_url: str | None = Field(None, description="its Contract C base URL (http_inject)")
+    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools, as this agent is configured")
+    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM, as this agent is configured")
+
+    @field_validator("services")
+    @classmethod
+    def _some(cls, names: list[str]) -> list[str]:
+        if not names:
+            raise ValueError("a replay target names at least one service")
+        return names
+
+
 class ReplayConfig(_Strict):
     """Automatic replay of flagged incidents (off by default: it drives an agent endpoint).
 
@@ -181,6 +199,11 @@ class ReplayConfig(_Strict):
     """
 
     enabled: bool = Field(False, description="also turned on by --replay-runtime / --inject-url")
+    services: list[str] = Field(
+        default_factory=list, description="service.name values (fnmatch patterns) replayed against runtime/inject_url "
+                                          "[--replay-service]; incidents of other services are kept and reported, "
+                                          "not replayed against the wrong agent")
+    targets: list[ReplayTarget] = Field(default_factory=list, description="more agents, each for its services")
     runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
