@@ -43,6 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from wt_otel._util.fsutil import unique_slug, write_directory
 from wt_otel.exporters.envelope import iso
 from wt_otel.exporters.scenario_dir import render
@@ -216,6 +218,38 @@ class DataDirStore:
         self.metrics.inc("wt_otel_sessions_written_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
+    def flag(self, name: str, ref: str | None = None, reason: str = "flagged by hand (wt-otel flag)") -> Written:
+        """Promote a written session to an incident after the fact: its envelope's `source` and its
+        scenario.yaml's tags say so, and a new index revision is appended (flagged, with the ref).
+
+        `name` is the session's slug, its key, or its directory. ValueError when there is no such session.
+        """
+        with self._lock:
+            slug = self._slugs.get(name) or Path(name).name
+            key = next((k for k, v in self._slugs.items() if v == slug), None)
+            directory = self.sessions / slug
+            if key is None or not (directory / ENVELOPE).is_file():
+                known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
+                raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
+            env = json.loads((directory / ENVELOPE).read_text(encoding="utf-8"))
+            source = env.setdefault("source", {})
+            ref = ref or (source.get("ref") if source.get("flag") else None) or key
+            source["ref"], source["flag"] = ref, reason
+            _rewrite(directory / ENVELOPE, json.dumps(env, indent=2, ensure_ascii=False) + "\n")
+            scenario = directory / "scenario.yaml"
+            if scenario.is_file():
+                text = scenario.read_text(encoding="utf-8")
+                data = yaml.safe_load(text) or {}
+                tags = [t for t in data.get("tags") or [] if not str(t).startswith("origin:")]
+                data["tags"] = [f"origin:{ref}", *[t for t in tags if t != "unreviewed"], "unreviewed"]
+                _rewrite(scenario, "# flagged by hand (wt-otel flag); the skeleton's comments were dropped\n"
+                         + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+            revision = self._revisions.get(key, 0) + 1
+            entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+            self._append(entry)
+            self._revisions[key] = revision
+            return Written(path=directory, slug=slug, revision=revision, entry=entry)
+
     def _entry(self, session: Session, slug: str, revision: int, files: list[str]) -> dict[str, Any]:
         return {
             "v": 1,
@@ -267,6 +301,13 @@ class DataDirStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Replace a file atomically (a reader never sees half of it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _now_iso() -> str:

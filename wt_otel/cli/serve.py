@@ -122,3 +122,65 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     written = server.metrics.get("wt_otel_sessions_written_total")
     log.info("stopped: %s session revision(s) written", f"{written:g}")
     ctx.exit(0)
+
+
+@click.command("flag")
+@click.argument("session", metavar="SESSION")
+@click.option("--ref", metavar="INC-…", help="The incident id (source.ref) [the session's own ref, else its key].")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
+              show_default=True, help="The data dir `wt-otel serve` writes.")
+@click.option("--no-queue", is_flag=True, help="Do not queue it for automatic replay.")
+@click.pass_context
+def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_queue: bool) -> None:
+    """Promote a session in the data dir to an incident, after the fact.
+
+    SESSION is a session's slug (its folder under DATA_DIR/sessions/), its key,
+    or its folder. Its envelope and scenario.yaml are marked flagged (with
+    --ref as source.ref), a revision is appended to sessions.ndjsonl, the
+    session is copied to DATA_DIR/scenarios/<slug>/ (unreviewed) and queued
+    for replay: the next `wt-otel serve` with replay on replays it, or run it
+    now with `wt-otel run DATA_DIR/scenarios/<slug>`. This is how a run that
+    carries no flag attribute (an Agents SDK run without group_id, a
+    complaint that came by e-mail) becomes an incident.
+
+    Exit status: 0 flagged; 1 the data dir is in use (serve is running on it)
+    or cannot be written; 2 no such session.
+    """
+    import shutil
+
+    from wt_otel._util.fsutil import unique_slug
+    from wt_otel.components import load as load_component
+    from wt_otel.serve.replay_queue import Admission, ReplayQueue
+
+    try:
+        store = load_component("exporters", "datadir")(data_dir)
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
+        ctx.exit(1)
+    try:
+        try:
+            written = store.flag(session, ref)
+        except ValueError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+        ref = written.entry["flag_ref"]
+        click.echo(f"flagged {written.path} as incident {ref} (revision {written.revision})")
+        if no_queue:
+            return
+        queue = ReplayQueue(data_dir)
+        try:
+            if queue.admit(ref) is not Admission.OK:
+                click.echo(f"not queued: incident {ref} is already queued or replayed, or the queue is full")
+                return
+            scenarios = data_dir / "scenarios"
+            scenarios.mkdir(parents=True, exist_ok=True)
+            slug = unique_slug(ref, written.entry["key"], {p.name for p in scenarios.iterdir()})
+            shutil.copytree(written.path, scenarios / slug)
+            queue.enqueue(ref, f"scenarios/{slug}", session=str(written.entry["path"]), key=written.entry["key"],
+                          service=written.entry.get("service"), flagged_by="wt-otel flag")
+            click.echo(f"queued for replay: {scenarios / slug} (unreviewed; run it now with "
+                       f"`wt-otel run {scenarios / slug}`)")
+        finally:
+            queue.close()
+    finally:
+        store.close()
