@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ from wt_otel.replay.cassette_server import DEFAULT_PORT as LLM_PORT
 from wt_otel.replay.cassette_server import CassetteServer, MatchMode
 from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
-from wt_otel.replay.runtimes import Runtime, new_session_id
+from wt_otel.replay.runtimes import Runtime, describe_exception, new_session_id
 from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir
 from wt_otel.replay.sweeps import append_ledger, now_iso, sweep_record
 from wt_otel.replay.universe import RecordedUniverse
@@ -311,8 +312,11 @@ class _Run:
             self.error = f"reset failed: {exc}"
         except ContractViolation as exc:
             self.error = f"{phase}: {exc}"
+            if exc.__cause__ is not None:  # the agent's own exception: its traceback goes into the trace
+                self.error_traceback = _traceback(exc.__cause__)
         except Exception as exc:  # a runtime bug must still leave a trace, not kill the sweep
-            self.error = f"{phase}: the runtime raised {type(exc).__name__}: {exc}"
+            self.error = f"{phase}: the runtime raised {describe_exception(exc)}"
+            self.error_traceback = _traceback(exc)
 
     def trace(self, servers: ScenarioServers | None) -> Trace:
         mcp_calls = servers.mcp_calls() if servers else []
@@ -336,7 +340,14 @@ class _Run:
             evidence=Evidence(witness="available" if witnessed else "unavailable",
                               llm="replay" if servers and servers.cassette else "live"),
             warnings=self.warnings, integrity=integrity, timings=Timings(total_ms=_ms(self.t0), **self.timings),
+            **({"error_traceback": self.error_traceback} if getattr(self, "error_traceback", None) else {}),
         )
+
+
+def _traceback(exc: BaseException, limit: int = 20_000) -> str:
+    """The formatted traceback (exception groups with every sub-exception), bounded."""
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= limit else text[:limit // 2] + "\n[... cut ...]\n" + text[-limit // 2:]
 
 
 def error_trace(loaded: LoadedScenario, options: RunOptions, sweep_id: str, reason: str) -> Trace:

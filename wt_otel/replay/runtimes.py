@@ -319,8 +319,8 @@ class PythonRuntime:
             out = self.agent(text, session_id)
         except Exception as exc:
             raise ContractViolation(
-                self.name, f"the agent raised {type(exc).__name__}: {exc} (return {{\"reply\": \"\", \"tool_calls\": "
-                           "[...], \"error\": \"...\"}} for an agent-level failure the bench should score)",
+                self.name, f"the agent raised {describe_exception(exc)} (return {{\"reply\": \"\", \"tool_calls\": "
+                           "[...], \"error\": \"...\"} for an agent-level failure the bench should score)",
                 rule="agent_raised") from exc
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
         data = _as_response(out)
@@ -334,6 +334,26 @@ class PythonRuntime:
 
     def close(self) -> None:
         """Nothing to release: the agent object belongs to its module."""
+
+
+def describe_exception(exc: BaseException, limit: int = 5) -> str:
+    """`Type: message`; for an (anyio/asyncio) exception group, its leaf exceptions, which say what went wrong
+    ("ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)" alone says nothing)."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+
+        def walk(group: BaseExceptionGroup) -> None:
+            for inner in group.exceptions:
+                if isinstance(inner, BaseExceptionGroup):
+                    walk(inner)
+                else:
+                    leaves.append(inner)
+
+        walk(exc)
+        shown = "; ".join(f"{type(e).__name__}: {e}" for e in leaves[:limit])
+        more = f"; and {len(leaves) - limit} more" if len(leaves) > limit else ""
+        return f"{type(exc).__name__} with {len(leaves)} error(s): {shown}{more}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _as_response(out: Any) -> Any:
