@@ -208,6 +208,8 @@ def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stub
         "- [ ] `scorer.py`: replace the default outcome check with this incident's real one."
         if outcome_scorers is not None else "- [ ] `scorer.py`: write the outcome check (it fails until you do).",
         "- [ ] `scenario.yaml`: add assertions; uncomment `must_call` only if the route matters.",
+        "- [ ] `scenario.yaml`: drop the `unreviewed` tag once the above is done (until then a replay that "
+        "passes reads UNREVIEWED, never PASS).",
         "- [ ] Redaction: fixtures hold verbatim tool results; scrub PII and secrets before committing.",
     ]
     if stubbed:

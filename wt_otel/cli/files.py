@@ -15,6 +15,21 @@ from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
 
+def _trace_ids(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Trace ids as the sessions hold them (32 lowercase hex); anything else is a usage error, not a filter
+    that silently matches nothing."""
+    import re
+
+    out = []
+    for value in values:
+        text = value.strip().lower().removeprefix("0x")
+        if not re.fullmatch(r"[0-9a-f]{32}", text):
+            raise click.BadParameter(f"{value!r} is not a trace id (32 hex digits, e.g. "
+                                     "4bf92f3577b34da6a3ce929d0e0e4736)")
+        out.append(text)
+    return tuple(out)
+
+
 @click.command()
 @click.argument("name", type=click.Choice([*KINDS, "serve-config"]))
 def schema(name: str) -> None:
@@ -89,8 +104,8 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Input format; auto sniffs each file (gzip is always detected).")
 @click.option("--force", is_flag=True, help="Replace scenario directories that already exist.")
-@click.option("--trace-id", "trace_ids", multiple=True, metavar="ID",
-              help="Only sessions containing this trace id (hex); repeatable.")
+@click.option("--trace-id", "trace_ids", multiple=True, metavar="ID", callback=lambda _c, _p, v: _trace_ids(v),
+              help="Only sessions containing this trace id (32 hex digits); repeatable.")
 @click.option("--flagged-only", is_flag=True,
               help="Only sessions flagged as incidents (a span with wt.incident / wt.flag).")
 @click.option("--strict", is_flag=True, help="Stop at the first corrupt input, before writing anything.")

@@ -110,7 +110,7 @@ class ScenarioResult:
 
     @property
     def detail(self) -> str | None:
-        return self.verdict.detail if self.verdict else "not run: the sweep stopped (circuit breaker)"
+        return self.verdict.detail if self.verdict else "not run: the sweep stopped"
 
     @property
     def note(self) -> str | None:
@@ -438,6 +438,18 @@ class Sweep:
         results: list[ScenarioResult] = []
         stopped: str | None = None
         errors_in_a_row = 0
+        probe = getattr(self.options.runtime, "unreachable", None)
+        why = probe() if callable(probe) and scenarios else None
+        if why is not None:  # checked once: each scenario is a short ERROR (trace + row) naming the URL given
+            reason = f"the agent at {self.options.runtime.url} is unreachable ({why}); nothing was run"
+            self.options.emit(f"error: {reason}. Start the agent there, or point --url at it")
+            for loaded in scenarios:
+                result = ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs)
+                self._write(result, self._scenario_dir(loaded),
+                            error_trace(loaded, self.options, self.sweep_id, reason))
+                self._judge(result, loaded)
+                results.append(result)
+            return self.finish(results, scenarios)
         for i, loaded in enumerate(scenarios, 1):
             if stopped:
                 results.append(ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs))

@@ -132,6 +132,21 @@ class HttpInjectRuntime:
     def transport_timeout_s(self) -> float:
         return self.timeout_s + self.grace_s
 
+    def unreachable(self, timeout_s: float = 3.0) -> str | None:
+        """Why nothing listens at the URL (one TCP connect), or None: checked once before a sweep, so a dead
+        endpoint is one clear line instead of one long error per scenario."""
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            return exc.strerror or str(exc) or type(exc).__name__
+
     def post(self, route: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         """One POST, no retry. Returns (status, body) for any HTTP answer; raises `ContractViolation`
         when there is none (refused, timed out after the grace, connection broken)."""
@@ -153,9 +168,9 @@ class HttpInjectRuntime:
             if isinstance(exc.reason, TimeoutError):
                 raise self._timeout(where) from exc
             raise ContractViolation(
-                where, f"cannot connect: {exc.reason}. Is the agent endpoint running? Contract C endpoints listen "
-                       f"on {DEFAULT_URL} by default; point the driver elsewhere with --url or {ENV_URL} "
-                       "(not retried)", rule="unreachable") from exc
+                where, f"cannot connect to {self.base}: {exc.reason}. Is the agent endpoint running there? "
+                       f"Point the driver elsewhere with --url or {ENV_URL} (not retried)",
+                rule="unreachable") from exc
         except TimeoutError as exc:
             raise self._timeout(where) from exc
         except (HTTPException, OSError) as exc:

@@ -120,7 +120,8 @@ def scenario_record(result: RunnerScenario, member: Membership, *, label: str | 
         model = next((c.model for t in traces for c in t.llm_calls if c.model), None)
     verdict, detail = result.status, result.detail
     if verdict == "NOT RUN":
-        verdict, detail = "ERROR", f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN
+        verdict, detail = "ERROR", (f"not run: {stopped}" if stopped and not stopped.startswith("circuit breaker")
+                                    else f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN)
     note = getattr(result, "note", None)
     if note:  # divergence is evidence, not (yet) the verdict: carried in the detail so no output hides it
         detail = f"{detail}; {note}" if detail else note
