@@ -23,7 +23,10 @@ HELP = {
     "wt_otel_sessions_written_total": "Session revisions written to the data dir.",
     "wt_otel_sessions_flushed_incomplete_total": "Sessions flushed early because a memory bound was hit.",
     "wt_otel_sessions_without_content_total": "Sessions written with no message content (capture off), by service.",
-    "wt_otel_replay_skipped_total": "Flagged incidents not replayed, by reason (no_conversation: nothing to inject).",
+    "wt_otel_replay_skipped_total": "Flagged incidents not replayed, by reason (no_conversation: nothing to inject; "
+                                    "no_target: no replay target for the service).",
+    "wt_otel_sessions_reopened_total": "Written sessions re-opened by late records (a new revision follows).",
+    "wt_otel_pipeline_errors_total": "Sessions that could not be built or written (a bug; see the log).",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
