@@ -24,9 +24,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo --out out/demo
 
-## test: the default suite (fast; heavy UI integrations are behind the `ui` marker)
+## test: lint, type check ([tool.mypy] in pyproject.toml), then the default suite (fast; heavy UI integrations
+## are behind the `ui` marker)
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 ## ui-env: Arize Phoenix in $(UI_VENV) (once; the stamp names the version); Chromium comes from apt (.ci/run)

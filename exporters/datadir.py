@@ -25,7 +25,8 @@ renamed into place (`fsutil.write_directory`); only then is its index line
 appended, flushed and fsynced. So after kill -9: every `sessions/<slug>/`
 is whole; a half-built directory is a dot-named temp that start-up deletes
 (a replaced revision caught mid-swap is put back); the index may end with a
-torn line, which `read_index` reports and start-up truncates; a directory
+torn line, which `read_index` reports and start-up truncates (the shared
+journal's rules, `wt_otel._util.journal`); a directory
 whose line was torn or never appended is re-indexed from its envelope's
 provenance. Nothing else is needed to resume.
 """
@@ -39,14 +40,15 @@ import os
 import shutil
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import unique_slug, write_directory
-from wt_otel.exporters.envelope import iso
+from wt_otel._util.journal import Journal
+from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.exporters.scenario_dir import render
 from wt_otel.model.session import Session
 from wt_otel.serve.metrics import Metrics
@@ -78,30 +80,14 @@ class IndexRead:
 
 def read_index(data_dir: Path) -> IndexRead:
     """Every valid index line; bad or torn lines are reported, never fatal."""
-    result = IndexRead()
-    path = Path(data_dir) / INDEX
-    if not path.exists():
-        return result
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        result.torn_tail = True
-    for n, raw in enumerate(lines, 1):
-        last = n == len(lines)
-        try:
-            entry = json.loads(raw)
-            if not isinstance(entry, dict) or not isinstance(entry.get("key"), str) or "slug" not in entry:
-                raise ValueError("not an index entry (needs key and slug)")
-        except ValueError as e:
-            what = "torn last line (the writer was killed mid-write)" if last and result.torn_tail else str(e)
-            result.problems.append(f"{INDEX}:{n}: {what}")
-            continue
-        if last and result.torn_tail:  # a complete JSON object without its newline is still torn
-            result.problems.append(f"{INDEX}:{n}: last line has no newline (kept, it parses)")
-        result.entries.append(entry)
-    return result
+    read = Journal(Path(data_dir) / INDEX).read(_index_entry, what="not an index entry")
+    return IndexRead(entries=read.records, problems=read.problems, torn_tail=read.torn)
+
+
+def _index_entry(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or "slug" not in obj:
+        raise ValueError("needs key and slug")
+    return obj
 
 
 @dataclass
@@ -133,8 +119,10 @@ class DataDirStore:
         self._clean_temp_dirs()
         index = read_index(self.root)
         self.recovery.extend(index.problems)
+        self._index = Journal(self.root / INDEX)  # its descriptor is held for the store's lifetime
         if index.torn_tail:  # its directory, if any, is re-indexed below from its envelope
-            self._truncate_torn_tail()
+            dropped = self._index.repair()
+            self.recovery.append(f"{INDEX}: dropped a torn last line of {dropped} bytes")
             index = read_index(self.root)
         self._slugs: dict[str, str] = {}
         self._revisions: dict[str, int] = {}
@@ -142,7 +130,6 @@ class DataDirStore:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), int(e.get("revision") or 1))
         self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
-        self._index = open(self.root / INDEX, "ab")  # noqa: SIM115
         self._reindex_orphans()
 
     # ------------------------------------------------------------------ start-up repair
@@ -157,16 +144,6 @@ class DataDirStore:
                 os.rename(p / "d", self.sessions / slug)
                 self.recovery.append(f"restored {SESSIONS}/{slug} (killed while replacing a revision)")
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-
-    def _truncate_torn_tail(self) -> None:
-        path = self.root / INDEX
-        data = path.read_bytes()
-        keep = data.rfind(b"\n") + 1
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        self.recovery.append(f"{INDEX}: dropped a torn last line of {len(data) - keep} bytes")
 
     def _reindex_orphans(self) -> None:
         """A directory without an index line (killed between rename and append): index it from its envelope."""
@@ -260,15 +237,15 @@ class DataDirStore:
             "trace_ids": session.trace_ids,
             "conversation_id": session.conversation_id,
             "service": session.service_name,
-            "started": iso(session.started_ns),
-            "ended": iso(session.ended_ns),
+            "started": iso_from_ns(session.started_ns),
+            "ended": iso_from_ns(session.ended_ns),
             "flagged": session.flagged,
             "flag_ref": session.flag_ref if session.flagged else None,
             "flag_reason": session.flag_reason,
             "redacted": bool(session.redaction),
             "path": f"{SESSIONS}/{slug}",
             "files": files,
-            "written_at": _now_iso(),
+            "written_at": utc_now_iso(),
         }
 
     def _entry_from(self, key: str, slug: str, revision: int, prov: dict[str, Any], source: dict[str, Any],
@@ -280,19 +257,16 @@ class DataDirStore:
             "service": prov.get("service_name"), "started": (env.get("session") or {}).get("started_at"),
             "ended": source.get("captured_at"), "flagged": bool(flag), "flag_ref": source.get("ref") if flag else None,
             "flag_reason": flag, "redacted": bool(env.get("redaction")), "path": f"{SESSIONS}/{slug}",
-            "files": sorted(p.name for p in (self.sessions / slug).iterdir()), "written_at": _now_iso(),
+            "files": sorted(p.name for p in (self.sessions / slug).iterdir()), "written_at": utc_now_iso(),
         }
 
     def _append(self, entry: dict[str, Any]) -> None:
-        """One line, written with one write(2) call, flushed and fsynced before the write counts."""
-        self._index.write(json.dumps(entry, ensure_ascii=False, default=str).encode() + b"\n")
-        self._index.flush()
-        os.fsync(self._index.fileno())
+        """One line, written with one write(2) call and fsynced before the write counts (the journal's rule)."""
+        self._index.append(entry)
 
     def close(self) -> None:
         with self._lock:
-            if not self._index.closed:
-                self._index.close()
+            self._index.close()
             if not self._lockfile.closed:
                 self._lockfile.close()
 
@@ -310,5 +284,35 @@ def _rewrite(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+class DataDirStage:
+    """The `datadir` session stage: writes each session revision into the store, then tells who asked."""
+
+    def __init__(self, store: DataDirStore, ctx: StageContext) -> None:
+        self.store = store
+        self.ctx = ctx
+
+    def on_session(self, done: CompletedSession) -> None:
+        session = done.session
+        written = done.written = self.store.write(session)
+        if not self.ctx.quiet:
+            state = "complete" if session.complete else "INCOMPLETE"
+            flag = f", flagged {session.flag_ref}" if session.flagged else ""
+            self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag})")
+        for callback in self.ctx.on_written:
+            callback(written)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _create(data_dir: Path, ctx: StageContext, _next: None) -> DataDirStage:
+    """Opens (and locks, and repairs) the data dir; the assembler asks the store which keys exist."""
+    store = DataDirStore(data_dir, ctx.metrics)
+    ctx.store = store
+    ctx.recovery.extend(store.recovery)
+    return DataDirStage(store, ctx)
+
+
+# config section `data_dir` (a path; no model of its own)
+STAGE = StageType("datadir", "session", _create, None, section="data_dir",
+                  description="write each session revision to <data_dir>/sessions/<slug>/ and the index")

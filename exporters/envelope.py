@@ -7,20 +7,14 @@ as `{"_raw_arguments": text}` and flagged), never silently `{}`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
+from wt_otel._util.clock import iso_from_ns
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES
 from wt_otel.model.session import Session, ToolExecution
 
 OTEL_GENAI_MAPPING = "semantic-conventions-genai@development-2026-06"
 UNKNOWN_MODEL = "unknown"
-
-
-def iso(ns: int) -> str | None:
-    if not ns:
-        return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def object_args(args: Any) -> dict[str, Any]:
@@ -50,13 +44,13 @@ def envelope(session: Session) -> dict[str, Any]:
         "source": {
             "ref": source_ref(session),
             "system": session.service_name or "otlp",
-            "captured_at": iso(session.ended_ns),
+            "captured_at": iso_from_ns(session.ended_ns),
         },
         "session": {
             "model": session.model or UNKNOWN_MODEL,
             "provider": session.provider,
             "sampler": session.sampler,
-            "started_at": iso(session.started_ns),
+            "started_at": iso_from_ns(session.started_ns),
         },
         "messages": messages,
         "tool_definitions": [tool_definition(d) for d in session.tool_definitions],
@@ -88,8 +82,8 @@ def witnessed(call: ToolExecution) -> dict[str, Any]:
         "tool_call_id": call.tool_call_id,
         "span_id": call.span_id,
         "trace_id": call.trace_id,
-        "started_at": iso(call.start_ns),
-        "ended_at": iso(call.end_ns),
+        "started_at": iso_from_ns(call.start_ns),
+        "ended_at": iso_from_ns(call.end_ns),
         "error": call.error,
         "correlation": call.correlation,
     }

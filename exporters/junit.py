@@ -29,6 +29,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from wt_otel._util.fsutil import atomic_write
+from wt_otel.components import ResultsFormatSpec
 from wt_otel.contracts.results import ScenarioResult, SweepResult
 
 DEFAULT_SUITE = "default"
@@ -124,10 +125,10 @@ def to_element(sweep: SweepResult) -> ET.Element:
                            ("time", f"{time:.3f}")):
             suite.set(key, str(value))
         totals = [totals[0] + len(results), totals[1] + failures, totals[2] + errors, totals[3] + time]
-    for key, value in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]),
+    for key, total in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]),
                        ("skipped", totals_skipped[0]),
                        ("time", f"{totals[3]:.3f}"), ("timestamp", xml_safe(sweep.started_at))):
-        root.set(key, str(value))
+        root.set(key, str(total))
     return root
 
 
@@ -140,3 +141,7 @@ def to_xml(sweep: SweepResult) -> bytes:
 def write_junit(sweep: SweepResult, out: Path) -> None:
     """Write the JUnit XML of `sweep` to `out` atomically (a CI step never reads half a file)."""
     atomic_write(out, to_xml(sweep))
+
+
+# the `junit` results format (entry-point group wt_otel.results_formats): `wt-otel run/check --format junit`
+FORMAT = ResultsFormatSpec(name="junit", suffix=".xml", write=write_junit)

@@ -4,7 +4,7 @@ Registered as the `result-spans` exporter (entry point group `wt_otel.exporters`
 
     exporter = load("exporters", "result-spans")("http://127.0.0.1:6006", "http/protobuf", ["k=v"])
     exporter = ResultSpansExporter.from_settings(resolve_otlp(...))   # flags/config, then OTEL_EXPORTER_OTLP_*
-    report = exporter.export_sweep(sweep)        # the runner's SweepResult (record + traces + scenario dirs)
+    report = exporter.export_sweep(sweep)        # the runner's SweepRun (record + traces + scenario dirs)
     report = exporter.export(record, evidence)   # or a results record with its evidence, e.g. from serve
 
 The span tree and every attribute are built in `exporters.span_plan`; this
@@ -53,7 +53,7 @@ from wt_otel.contracts.results import SweepResult
 from wt_otel.exporters.span_plan import IncidentLink, PlannedSpan, ScenarioEvidence, incident_link, plan_sweep
 
 if TYPE_CHECKING:
-    from wt_otel.replay.runner import SweepResult as RunnerSweep
+    from wt_otel.replay.runner import SweepRun
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PROTOCOLS", "ExportReport", "OtlpTarget", "ResultSpansExporter", "ScenarioEvidence",
            "evidence_of", "parse_headers", "read_incident"]
@@ -183,7 +183,7 @@ def read_incident(scenario_dir: Path | None) -> IncidentLink | None:
     return incident_link(envelope) if isinstance(envelope, dict) else None
 
 
-def evidence_of(sweep: RunnerSweep) -> list[ScenarioEvidence]:
+def evidence_of(sweep: SweepRun) -> list[ScenarioEvidence]:
     """The runner's sweep as evidence, in sweep order (its `record` lists the scenarios in the same order)."""
     return [ScenarioEvidence(list(s.traces), read_incident(s.path)) for s in sweep.scenarios]
 
@@ -331,7 +331,7 @@ class ResultSpansExporter:
                 raise ValueError(f"{settings.source}={settings.endpoint}: {exc}") from None
             raise
 
-    def export_sweep(self, sweep: RunnerSweep) -> ExportReport:
+    def export_sweep(self, sweep: SweepRun) -> ExportReport:
         """The runner's sweep: its results record plus the traces and scenario directories behind it."""
         record = getattr(sweep, "record", None)
         if not isinstance(record, SweepResult):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wt_otel._util.fsutil import atomic_write
+from wt_otel.components import ResultsFormatSpec
 from wt_otel.contracts.results import SweepResult
 
 
@@ -22,3 +23,7 @@ def to_json(sweep: SweepResult) -> str:
 def write_results_json(sweep: SweepResult, out: Path) -> None:
     """Write the document atomically; non-ASCII text is kept as UTF-8 (JSON escapes control characters)."""
     atomic_write(out, to_json(sweep))
+
+
+# the `json` results format (entry-point group wt_otel.results_formats): `wt-otel run/check --format json`
+FORMAT = ResultsFormatSpec(name="json", suffix=".json", write=write_results_json)

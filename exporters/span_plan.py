@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from wt_otel._util.clock import parse_iso
 from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
 from wt_otel.contracts.run import McpCall, Trace, Turn
 
@@ -100,12 +101,9 @@ def iso_ns(value: str | None) -> int | None:
     """ISO 8601 (with `Z` or an offset) to Unix nanoseconds; None when absent or unreadable."""
     if not value:
         return None
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError:
+    stamp = parse_iso(value)  # wt-otel writes UTC; a naive stamp is read as such rather than as local time
+    if stamp is None:
         return None
-    if stamp.tzinfo is None:  # wt-otel writes UTC; a naive stamp is read as such rather than as local time
-        stamp = stamp.replace(tzinfo=UTC)
     return (stamp - EPOCH) // timedelta(microseconds=1) * 1000  # exact: no float rounding
 
 

@@ -45,10 +45,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.serve.config import AssemblerConfig
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.assembler")
@@ -72,6 +74,13 @@ class _Group:
     continuation_of: str | None = None
     absorbed: list[str] = field(default_factory=list)
     retained_at: float = 0.0
+
+    @property
+    def held(self) -> list[Record]:
+        """The records of a group that is not a tombstone (callers know which they hold)."""
+        if self.records is None:
+            raise RuntimeError(f"session group {self.key} is a tombstone: it holds no records")
+        return self.records
 
 
 def _is_agent_root(span: SpanRecord) -> bool:
@@ -99,8 +108,9 @@ class SessionAssembler:
         self.late_window = late_window
         self.max_retained_records = max_retained_records
         self.max_retained_sessions = 4 * max_open_sessions  # tombstones are small: ids only
-        self._emitted: set[str] | None = None if is_written else set()  # without a store, remember keys here
-        self._is_written = is_written or self._emitted.__contains__
+        emitted: set[str] = set()
+        self._emitted: set[str] | None = None if is_written else emitted  # without a store, remember keys here
+        self._is_written = is_written or emitted.__contains__
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         self._root_ended: set[str] = set()
@@ -181,7 +191,7 @@ class SessionAssembler:
                 if other is not group:
                     self._merge(group, other)
         self._attach(group, record, trace_id, conv, now)
-        if len(group.records) >= self.max_records_per_session:
+        if len(group.held) >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
             oldest = next(iter(self._open.values()))
@@ -226,7 +236,7 @@ class SessionAssembler:
         """Two sessions turned out to share a conversation: one session, the older key."""
         del self._open[other.key]
         self._root_ended.discard(other.key)
-        into.records.extend(other.records)
+        into.held.extend(other.held)
         into.traces |= other.traces
         into.convs |= other.convs
         into.roots |= other.roots
@@ -242,7 +252,7 @@ class SessionAssembler:
             self._by_conv[c] = into.key
 
     def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
-        group.records.append(record)
+        group.held.append(record)
         group.traces.add(trace_id)
         self._by_trace[trace_id] = group.key
         if conv:
@@ -264,7 +274,7 @@ class SessionAssembler:
         self._root_ended.discard(group.key)
         if reason:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
-        records = group.records
+        records = group.held
         try:
             spans = attach_logs(_copy(r) for r in records)
             session = build_session(spans, key=group.key)
@@ -300,7 +310,7 @@ class SessionAssembler:
             # over the record budget: the oldest keeps its ids, so a late record becomes a continuation.
             # `_holding` skips the tombstones in O(1); scanning `_retained` for them made this quadratic.
             oldest = self._retained[self._holding.popitem(last=False)[0]]
-            self._retained_records -= len(oldest.records)
+            self._retained_records -= len(oldest.held)
             oldest.records = None
         while len(self._retained) > self.max_retained_sessions:
             self._forget(next(iter(self._retained)))
@@ -315,3 +325,13 @@ class SessionAssembler:
         for c in group.convs:
             if self._by_conv.get(c) == key:
                 del self._by_conv[c]
+
+
+def _create(config: AssemblerConfig, ctx: StageContext, sink: SessionSink) -> SessionAssembler:
+    """The assembler asks the store (if a session stage made one) whether a key was written before."""
+    store = ctx.store
+    return SessionAssembler.from_config(sink, config, ctx.metrics, is_written=store.has_key if store else None)
+
+
+STAGE = StageType("assembler", "assembler", _create, AssemblerConfig,
+                  description="group records into sessions and say when each is complete")

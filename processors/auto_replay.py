@@ -34,19 +34,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import field_validator
 
 from wt_otel._util.fsutil import unique_slug
 from wt_otel._util.otlp_env import resolve_otlp
+from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
-from wt_otel.replay.runner import RunOptions, SweepResult, error_sweep, run_sweep
-from wt_otel.replay.runtimes import Runtime, resolve_runtime
-from wt_otel.replay.sweeps import append_ledger
+from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.replay_queue import Admission, Job, ReplayQueue
+from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue
+
+if TYPE_CHECKING:  # the runner pulls in the MCP and cassette servers (seconds of imports): only when replaying,
+    # so that the in-app SDK processor and a serve without replay, which plan this stage, stay light
+    from wt_otel.components import Runtime
+    from wt_otel.contracts.results import SweepResult as SweepRecord
+    from wt_otel.replay.runner import RunOptions, SweepRun
 
 log = logging.getLogger("wt_otel.auto_replay")
 
@@ -83,7 +90,7 @@ class _InFlight:
     """The job the worker is on, and its sweep once the runner returned (then only export is left)."""
 
     job: Job
-    sweep: SweepResult | None = None
+    sweep: SweepRun | None = None
     ledger: Path | None = None
 
 
@@ -99,6 +106,8 @@ class AutoReplay:
         self.metrics = metrics or Metrics()
         self.emit = emit
         self.warn = warn or log.warning
+        from wt_otel.replay.runtimes import resolve_runtime
+
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
         # replay targets per service: (name, patterns, runtime, universe port, llm port); the first match wins
         self.targets: list[_Target] = [_Target("default", list(config.services), self.runtime, config.universe_port,
@@ -114,12 +123,13 @@ class AutoReplay:
         if settings is not None:
             self.exporter = load_component("exporters", "result-spans").from_settings(
                 settings, agent_name=results.agent_name, warn=self.warn)
-        self.writer = load_component("exporters", "scenario-dir")(self.data_dir / SCENARIOS)
+        self.writer = load_plugin("sinks", "scenario-dir")(self.data_dir / SCENARIOS)
         self.queue = ReplayQueue(self.data_dir, config.queue_max)
         self._lock = threading.Lock()  # the in-flight job, between the worker and stop()
         self._current: _InFlight | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._work, name="wt-otel-auto-replay", daemon=True)
+        self._closed = False
         self._depth()
 
     @classmethod
@@ -181,13 +191,13 @@ class AutoReplay:
             self.warn(f"incident {ref} NOT replayed: {why}; its session stays in the data dir")
             return
         admission = self.queue.admit(ref)
-        if admission is Admission.DUPLICATE:
+        if admission is QueueAdmission.DUPLICATE:
             job = self.queue.known(ref)
             self.metrics.inc("wt_otel_replay_duplicates_total")
             log.info("incident %s: revision %s not queued again (job %s, %s)", ref, written.revision,
                      job.id if job else "?", job.state if job else "?")
             return
-        if admission is Admission.FULL:
+        if admission is QueueAdmission.FULL:
             self._refuse(ref, f"the replay queue is full ({self.queue.max_pending} pending, replay.queue_max)")
             return
         t0 = time.perf_counter()
@@ -208,6 +218,18 @@ class AutoReplay:
         self.emit(f"queued incident {ref} for replay: {self.data_dir / job.scenario} (unreviewed; outcome "
                   f"{' + '.join(self.config.outcome_scorers)}; {self.queue.pending} pending)")
 
+    def on_session(self, done: CompletedSession) -> None:
+        """The session-stage face of `on_written`: after the `datadir` stage set `done.written`."""
+        if done.written is None:
+            raise RuntimeError("the auto-replay stage needs a stage that writes sessions (datadir) before it in "
+                               "pipeline.stages")
+        self.on_written(done.session, done.written)
+
+    def close(self) -> None:
+        """`stop()` once (with `replay.stop_timeout`); a no-op when already stopped."""
+        if not self._closed:
+            self.stop()
+
     def _refuse(self, ref: str, reason: str) -> None:
         self.queue.refuse(ref, reason)
         self.metrics.inc("wt_otel_replay_refused_total")
@@ -224,6 +246,8 @@ class AutoReplay:
         return next((t for t in self.targets if t.takes(session.service_name)), None)
 
     def _options(self, job: Job | None = None) -> RunOptions:
+        from wt_otel.replay.runner import RunOptions
+
         c = self.config
         name = (job.info.get("target") if job is not None else None) or "default"
         t = next((t for t in self.targets if t.name == name), self.targets[0])
@@ -233,17 +257,20 @@ class AutoReplay:
                           ledger=False)  # appended here, so an abandoned replay cannot add a second row
 
     def _work(self) -> None:
-        for job in self.queue.interrupted():
-            self._close_interrupted(job, "interrupted: a previous wt-otel serve stopped or was killed during this "
+        for stale in self.queue.interrupted():
+            self._close_interrupted(stale, "interrupted: a previous wt-otel serve stopped or was killed during this "
                                          "replay; not retried (re-run it with wt-otel run)")
         while not self._stopping.is_set():
-            job = self.queue.take(timeout=POLL_S)
-            if job is not None:
-                self._replay(job)
+            taken = self.queue.take(timeout=POLL_S)
+            if taken is not None:
+                self._replay(taken)
 
     def _replay(self, job: Job) -> None:
         with self._lock:
             self._current = _InFlight(job)
+        from wt_otel.replay.runner import error_sweep, run_sweep
+        from wt_otel.reporting.outputs import append_ledger
+
         scenario_dir = self.data_dir / job.scenario
         t0 = time.perf_counter()
         try:
@@ -255,12 +282,12 @@ class AutoReplay:
         with self._lock:
             if self._current is None or self._current.job is not job:  # stop() closed it already
                 return
-            self._current.sweep, self._current.ledger = sweep, append_ledger(self.runs_dir, sweep.record)
+            self._current.sweep, self._current.ledger = sweep, append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep, replay_ms=replay_ms)
         with self._lock:
             self._current = None
 
-    def _conclude(self, job: Job, sweep: SweepResult, *, replay_ms: float | None = None, note: str = "") -> None:
+    def _conclude(self, job: Job, sweep: SweepRun, *, replay_ms: float | None = None, note: str = "") -> None:
         """Export the sweep's spans (bounded), then write the job's `done` line, the metrics and one line of news."""
         t0 = time.perf_counter()
         exported = None
@@ -268,7 +295,7 @@ class AutoReplay:
             report = self.exporter.export_sweep(sweep)
             exported = report.describe()
         export_ms = _ms(t0)
-        row = sweep.record.scenarios[0]
+        row = _document(sweep).scenarios[0]
         ledger = self.runs_dir / "ledger.ndjsonl"
         if not self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                                  ledger=str(ledger), replay_ms=replay_ms, export_ms=export_ms, exported=exported):
@@ -283,14 +310,18 @@ class AutoReplay:
 
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""
+        from wt_otel.replay.runner import error_sweep
+        from wt_otel.reporting.outputs import append_ledger
+
         sweep = error_sweep(self.data_dir / job.scenario, self._options(job), reason)
-        append_ledger(self.runs_dir, sweep.record)
+        append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep)
 
     def stop(self, timeout: float | None = None) -> None:
         """Let the replay in flight finish within `timeout` (default `replay.stop_timeout`), else close it as
         ERROR "interrupted"; waiting jobs stay queued on disk for the next start."""
         wait = self.config.stop_timeout if timeout is None else timeout
+        self._closed = True
         self._stopping.set()
         self.queue.wake()
         if self._thread.is_alive():
@@ -315,7 +346,44 @@ class AutoReplay:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _conclude_quietly(self, job: Job, sweep: SweepResult) -> None:
-        row = sweep.record.scenarios[0]
+    def _conclude_quietly(self, job: Job, sweep: SweepRun) -> None:
+        row = _document(sweep).scenarios[0]
         self.queue.finish(job, row.verdict, row.detail, sweep_id=sweep.sweep_id, traces=str(sweep.directory),
                           exported="unknown: wt-otel serve stopped while the result spans were being exported")
+
+
+class AutoReplayConfig(ReplayConfig):
+    """The `replay:` section as this stage reads it: the core's model plus the checks only replay knows."""
+
+    @field_validator("outcome_scorers")
+    @classmethod
+    def _known_scorers(cls, names: list[str]) -> list[str]:
+        """Names become code in scorer.py: only the whitelisted factory names are accepted, never pasted text."""
+        unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
+        if unknown:
+            raise ValueError(f"unknown outcome scorer(s) {unknown}: choose from {sorted(AUTO_REPLAY_SCORERS)} "
+                             "(wt_otel.scorers factories that take no arguments)")
+        if not names:
+            raise ValueError("name at least one outcome scorer (e.g. no_divergence), or the replay judges nothing")
+        return list(dict.fromkeys(names))
+
+
+def _create(config: AutoReplayConfig, ctx: StageContext, _next: None) -> AutoReplay | None:
+    """None (no stage) unless `replay.enabled`; ValueError for a runtime or endpoint that cannot work."""
+    if not config.enabled:
+        return None
+    serve = ctx.serve_config
+    replay = AutoReplay(config, serve.data_dir, serve.runs_dir, ctx.metrics, emit=ctx.emit, warn=ctx.warn)
+    ctx.recovery.extend(f"replay queue: {note}" for note in replay.queue.recovery)
+    return replay
+
+
+STAGE = StageType("auto-replay", "session", _create, AutoReplayConfig, section="replay",
+                  description="import complete flagged sessions, queue them and replay them on a worker")
+
+
+def _document(sweep: SweepRun) -> SweepRecord:
+    """The sweep's results document: every finished sweep (`run_sweep`, `error_sweep`) has one."""
+    if sweep.record is None:
+        raise RuntimeError(f"sweep {sweep.sweep_id} has no results document")
+    return sweep.record

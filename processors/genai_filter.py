@@ -4,8 +4,9 @@ A collector often forwards everything (HTTP server spans, DB spans, app
 logs). This stage looks only at attribute keys, span and event names, never
 at values, so it costs a few string prefix checks per record.
 
-A record is GenAI when it carries a GenAI attribute key (see `PREFIXES`,
-`KEYS`), a GenAI span name (`chat ...`, `execute_tool ...`, `invoke_agent ...`),
+A record is GenAI when it carries a GenAI attribute key (the table in
+`wt_otel.ingest.keys`, shared with the rotel hooks), a GenAI span name
+(`chat ...`, `execute_tool ...`, `invoke_agent ...`),
 a `gen_ai.*` span event, or is a `gen_ai.*` log event. Once a record of a
 trace is GenAI, the trace id goes into a bounded LRU and every other record
 of that trace is kept too: a root `invoke_agent` or workflow span often has
@@ -24,14 +25,17 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from wt_otel.ingest.sessions import FLAG_KEYS
+from wt_otel.components import StageContext, StageType
+from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
 from wt_otel.model.spans import LogRecord, Record
+from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Consumer
 
-PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.", "generic.")
-KEYS = frozenset({"events", "all_messages_events", "input.value", "output.value", *FLAG_KEYS})
-SPAN_NAME_PREFIXES = ("chat", "execute_tool", "invoke_agent")
+# The tables live in wt_otel.ingest.keys (shared with the rotel hooks); the old names stay importable.
+PREFIXES = GENAI_KEY_PREFIXES
+KEYS = GENAI_KEYS
+SPAN_NAME_PREFIXES = GENAI_SPAN_NAME_PREFIXES
 
 
 def is_genai(record: Record) -> bool:
@@ -41,10 +45,10 @@ def is_genai(record: Record) -> bool:
             return True
     if isinstance(record, LogRecord):
         name = record.event_name or str(record.attributes.get("event.name") or "")
-        return name.startswith("gen_ai.")
+        return is_genai_event_name(name)
     if record.name.startswith(SPAN_NAME_PREFIXES):
         return True
-    return any(e.name.startswith("gen_ai.") for e in record.events)
+    return any(is_genai_event_name(e.name) for e in record.events)
 
 
 class GenAIFilter:
@@ -98,4 +102,11 @@ class GenAIFilter:
         self.next.close()
 
 
-__all__ = ["GenAIFilter", "KEYS", "PREFIXES", "is_genai"]
+def _create(config: FilterConfig, ctx: StageContext, next: Consumer) -> GenAIFilter:
+    return GenAIFilter.from_config(next, config, ctx.metrics)
+
+
+STAGE = StageType("genai-filter", "records", _create, FilterConfig, section="filter",
+                  description="drop records of traces that carry nothing GenAI-related")
+
+__all__ = ["STAGE", "GenAIFilter", "KEYS", "PREFIXES", "is_genai"]

@@ -16,11 +16,13 @@ writers copy it, so a reader knows the fixtures were scrubbed (and by what).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.model.session import Session
 from wt_otel.serve.config import RedactorConfig
 
@@ -70,7 +72,7 @@ class Redactor:
 
     def redact_text(self, text: str) -> str:
         for pattern in self.patterns:
-            text = pattern.regex.sub(lambda m, p=pattern: self._replace(m, p), text)
+            text = pattern.regex.sub(functools.partial(self._replace, pattern=pattern), text)
         return text
 
     def _replace(self, m: re.Match[str], pattern: _Pattern) -> str:
@@ -120,3 +122,17 @@ class Redactor:
             "replacements": self._count,
         }
         return session
+
+    def on_session(self, done: CompletedSession) -> None:
+        self.process(done.session, done.spans)
+
+    def close(self) -> None:
+        pass
+
+
+def _create(config: RedactorConfig, ctx: StageContext, _next: None) -> Redactor:
+    return Redactor(config)
+
+
+STAGE = StageType("redactor", "session", _create, RedactorConfig,
+                  description="scrub secrets and PII before anything is written (off by default)")

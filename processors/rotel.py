@@ -6,7 +6,8 @@ rotel (PyPI `rotel`, a Rust OpenTelemetry collector) loads a Python file given w
 objects (`rotel_sdk.open_telemetry.*`). `collector-config/rotel_processor.py` is that file;
 it re-exports the two hooks below.
 
-What the hooks do: a span is GenAI when its name or one of its attribute *keys* says so (no
+What the hooks do: a span is GenAI when its name, one of its attribute *keys* or one of its event
+names says so, by the table in `wt_otel.ingest.keys` that `wt-otel serve`'s filter uses too (no
 values are decoded, so the test stays cheap). Trace ids of GenAI spans go into a bounded LRU,
 so the rest of a GenAI trace (a root `invoke_agent`/workflow span, HTTP spans) is recognised
 too. Every span or log record of a GenAI trace gets `wt.pipeline = "rotel"`. Records of
@@ -35,17 +36,25 @@ import logging
 import os
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from wt_otel.ingest.keys import (
+    GENAI_KEY_PREFIXES,
+    GENAI_SPAN_NAME_PREFIXES,
+    is_genai_event_name,
+    is_genai_key,
+    is_genai_span_name,
+)
+
 log = logging.getLogger("wt_otel.processors.rotel")
 
-# Attribute key prefixes that mark GenAI telemetry (semconv, OpenLLMetry, OpenInference,
-# pydantic-ai, Agents SDK) plus wt-otel's own flag keys. Kept in step with processors/genai_filter.py,
-# which cannot be imported here (it pulls in the core, and this module runs in rotel's interpreter).
-GENAI_KEY_PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "openai_agents.", "wt.")
-GENAI_SPAN_NAMES = ("chat", "execute_tool", "invoke_agent")
+# What is GenAI comes from the one table the serve filter uses too: `wt_otel.ingest.keys` is standard
+# library only (and `wt_otel`, `wt_otel.ingest` import nothing at package level), so rotel's interpreter
+# can load it. tests/unit/processors/test_genai_keys.py checks both agree on the producer fixtures.
+GENAI_SPAN_NAMES = GENAI_SPAN_NAME_PREFIXES
 TAG_KEY = "wt.pipeline"
 TAG_VALUE = "rotel"
 
@@ -57,12 +66,12 @@ class Settings:
     fix_array_order: bool = True
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        values: Mapping[str, str] = os.environ if env is None else env
         return cls(
-            drop_non_genai=env.get("WT_ROTEL_DROP_NON_GENAI", "0").strip().lower() in ("1", "true", "yes"),
-            max_traces=max(1, int(env.get("WT_ROTEL_MAX_TRACES", "100000"))),
-            fix_array_order=env.get("WT_ROTEL_FIX_ARRAY_ORDER", "1").strip().lower() not in ("0", "false", "no"),
+            drop_non_genai=values.get("WT_ROTEL_DROP_NON_GENAI", "0").strip().lower() in ("1", "true", "yes"),
+            max_traces=max(1, int(values.get("WT_ROTEL_MAX_TRACES", "100000"))),
+            fix_array_order=values.get("WT_ROTEL_FIX_ARRAY_ORDER", "1").strip().lower() not in ("0", "false", "no"),
         )
 
 
@@ -88,8 +97,9 @@ def restore_array_order(value: Any, sdk: SimpleNamespace) -> None:
                 restore_array_order(kv.value.value, sdk)
 
 
-def _is_genai_key(key: str) -> bool:
-    return key.startswith(GENAI_KEY_PREFIXES)
+_is_genai_key = is_genai_key
+
+__all__ = ["GENAI_KEY_PREFIXES", "RotelGenAIProcessor", "Settings", "process_logs", "process_spans"]
 
 
 class RotelGenAIProcessor:
@@ -134,8 +144,7 @@ class RotelGenAIProcessor:
             rows = []
             for span in scope.spans:
                 attrs = span.attributes
-                genai = span.name.startswith(GENAI_SPAN_NAMES) or any(_is_genai_key(kv.key) for kv in attrs)
-                rows.append((span, attrs, bytes(span.trace_id), genai))
+                rows.append((span, attrs, bytes(span.trace_id), self.span_is_genai(span, attrs)))
             plan.append((scope, rows))
         self._remember(tid for _, rows in plan for _, _, tid, genai in rows if genai)
 
@@ -190,13 +199,22 @@ class RotelGenAIProcessor:
                 scope.log_records = kept
 
     @staticmethod
+    def span_is_genai(span: Any, attrs: Any = None) -> bool:
+        """The filter's rule (`genai_filter.is_genai`) on rotel's span objects: name, keys, event names."""
+        if is_genai_span_name(span.name):
+            return True
+        if any(is_genai_key(kv.key) for kv in (span.attributes if attrs is None else attrs)):
+            return True
+        return any(is_genai_event_name(e.name) for e in getattr(span, "events", None) or ())
+
+    @staticmethod
     def _log_is_genai(record: Any, attrs: Any) -> bool:
-        if (record.event_name or "").startswith("gen_ai."):
+        if is_genai_event_name(record.event_name or ""):
             return True
         for kv in attrs:
             if _is_genai_key(kv.key):
                 return True
-            if kv.key == "event.name" and kv.value is not None and str(kv.value.value).startswith("gen_ai."):
+            if kv.key == "event.name" and kv.value is not None and is_genai_event_name(str(kv.value.value)):
                 return True
         return False
 

@@ -3,9 +3,10 @@
     provider.add_span_processor(WtOtelSpanProcessor("wt-data"))
 
 Each ended span is converted to a `SpanRecord` and handed to the same stages
-`wt-otel serve` runs (GenAI filter -> session assembler -> incident flagger
--> redactor -> data-dir store), so the data dir looks exactly like the
-server's. No network. `on_end` only converts and enqueues (never blocks the
+`wt-otel serve` runs, built by the same `build_pipeline()` (GenAI filter ->
+session assembler -> incident flagger -> redactor -> data-dir store, or the
+config's `pipeline.stages`), so the data dir looks exactly like the server's.
+No network. `on_end` only converts and enqueues (never blocks the
 app, never writes files on its thread): a worker thread does the rest, as in
 the server's pipeline; when the queue is full the span is dropped and counted
 (`wt_otel_records_dropped_total{reason="queue_full"}`), like the SDK's own
@@ -23,16 +24,12 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from wt_otel.exporters.datadir import DataDirStore, Written
-from wt_otel.model.session import Session
+from wt_otel.exporters.datadir import Written
 from wt_otel.model.spans import Event, Link, SpanRecord
-from wt_otel.processors.assembler import SessionAssembler
-from wt_otel.processors.flagger import IncidentFlagger
-from wt_otel.processors.genai_filter import GenAIFilter
-from wt_otel.processors.redactor import Redactor
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Admission, Pipeline
+from wt_otel.serve.pipeline import PipelineAdmission
+from wt_otel.serve.server import build_pipeline
 
 
 def _value(v: Any) -> Any:
@@ -69,7 +66,11 @@ def span_to_record(span: ReadableSpan) -> SpanRecord:
 
 
 class WtOtelSpanProcessor(SpanProcessor):
-    """An OTel SDK SpanProcessor that writes agent sessions to a local data dir."""
+    """An OTel SDK SpanProcessor that writes agent sessions to a local data dir.
+
+    The stages are `build_pipeline()`'s, from the same `ServeConfig` serve reads (its
+    `pipeline.stages` too); only the receivers are missing, since spans arrive through `on_end`.
+    """
 
     def __init__(self, data_dir: Path | str = "wt-data", *, config: ServeConfig | None = None,
                  idle_timeout: float | None = None, grace: float | None = None, metrics: Metrics | None = None,
@@ -81,20 +82,15 @@ class WtOtelSpanProcessor(SpanProcessor):
         self.config = config
         self.metrics = metrics or Metrics()
         self.on_written = on_written
-        self.store = DataDirStore(config.data_dir, self.metrics)
-        self.flagger = IncidentFlagger(config.flagger, self.metrics)
-        self.redactor = Redactor(config.redactor)
-        self.assembler = SessionAssembler.from_config(self._write, config.assembler, self.metrics,
-                                                      is_written=self.store.has_key)
-        consumer = GenAIFilter.from_config(self.assembler, config.filter, self.metrics)
-        self.pipeline = Pipeline(consumer, self.metrics, max_queued_records=config.queue.max_queued_records,
-                                 tick_interval=tick_interval).start()
+        self.stages = build_pipeline(config, self.metrics, quiet=True, on_written=[self._written])
+        self.store = self.stages.store
+        self.assembler = self.stages.assembler
+        self.pipeline = self.stages.start_queue(max_queued_records=config.queue.max_queued_records,
+                                                tick_interval=tick_interval)
+        self.stages.start_stages()
         self._shut = False
 
-    def _write(self, session: Session, spans: list[SpanRecord]) -> None:
-        self.flagger.process(session, spans)
-        self.redactor.process(session, spans)
-        written = self.store.write(session)
+    def _written(self, written: Written) -> None:
         if self.on_written:
             self.on_written(written)
 
@@ -103,7 +99,7 @@ class WtOtelSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         admission = self.pipeline.offer([span_to_record(span)])
-        if admission is not Admission.ACCEPTED:
+        if admission is not PipelineAdmission.ACCEPTED:
             self.metrics.inc("wt_otel_records_dropped_total", reason=f"queue_{admission.value}")
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -111,12 +107,11 @@ class WtOtelSpanProcessor(SpanProcessor):
         deadline = time.monotonic() + timeout_millis / 1000
         while self.pipeline.queued and time.monotonic() < deadline:
             time.sleep(0.005)
-        self.assembler.flush(time.time())
+        self.stages.flush(time.time())
         return not self.pipeline.queued
 
     def shutdown(self) -> None:
         if self._shut:
             return
         self._shut = True
-        self.pipeline.stop()  # drains the queue, then the assembler writes every open session
-        self.store.close()
+        self.stages.stop()  # drains the queue, the assembler writes every open session, then the stages close

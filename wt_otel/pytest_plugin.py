@@ -66,23 +66,18 @@ class _WtSession:
                                   emit=lambda line: None)
         self.sweep = Sweep(self.options)
         self.results: list[Any] = []
-        self.loaded: list[Any] = []
 
     def run(self, scenario_dir: Path, position: str) -> Any:
-        from wt_otel.replay.packs import PackCache
         from wt_otel.replay.scenarios import load_scenario_dir
-        from wt_otel.replay.sweeps import membership, scenario_record
 
         loaded = load_scenario_dir(scenario_dir, need_cassette=self.options.llm == "replay")
         result = self.sweep.run_scenario(loaded, position)
-        self.loaded.append(loaded)
         self.results.append(result)
-        member = membership(loaded, PackCache())
-        return scenario_record(result, member, label=self.options.label, stopped=None)
+        return result.record
 
     def finish(self) -> Any:
         try:
-            return self.sweep.finish(self.results, self.loaded) if self.results else None
+            return self.sweep.finish(self.results) if self.results else None
         finally:
             self.runtime.close()
 
@@ -139,7 +134,8 @@ class ScenarioCollector(pytest.Collector):
             found = find_scenarios(self.dirs)
         except NoScenarios as exc:
             raise pytest.UsageError(f"--wt-scenarios: {exc}") from exc
-        items, taken = [], set()
+        items: list[pytest.Item] = []
+        taken: set[str] = set()
         for n, d in enumerate(found, 1):
             name = load_scenario_dir(d, need_cassette=False).id
             unique, k = name, 2

@@ -31,7 +31,7 @@ from wt_otel.model.spans import Record, SpanRecord
 from wt_otel.replay.mcp_server import UniverseMCPServer
 from wt_otel.replay.universe import RecordedUniverse
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Admission
+from wt_otel.serve.pipeline import PipelineAdmission
 from wt_otel.serve.receivers import start_receivers
 from wt_otel.serve.receivers.config import ReceiversConfig
 
@@ -120,12 +120,12 @@ class ResultSink:
                                           Metrics())
         self.url = f"http://127.0.0.1:{self._receivers.http_port}"
 
-    def offer(self, records: Sequence[Record]) -> Admission:  # the Pipeline interface the receivers call
+    def offer(self, records: Sequence[Record]) -> PipelineAdmission:  # the Pipeline interface the receivers call
         now = time.time()
         with self._cond:
             self.spans += [(now, r) for r in records if isinstance(r, SpanRecord)]
             self._cond.notify_all()
-        return Admission.ACCEPTED
+        return PipelineAdmission.ACCEPTED
 
     def wait_for(self, predicate: Any, timeout: float) -> list[tuple[float, SpanRecord]]:
         """The spans so far once `predicate(spans)` holds (or the timeout passed)."""

@@ -9,8 +9,10 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from wt_otel.components import load as load_component
-from wt_otel.contracts.validate import KINDS, UnreadableFile, find_files, json_schema, validate_file
+from wt_otel.components import load_plugin
+from wt_otel.contracts.formats import FORMATS as CONTRACT_FORMATS
+from wt_otel.contracts.formats import json_schema
+from wt_otel.contracts.validate import UnreadableFile, find_files, validate_file
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
@@ -31,16 +33,27 @@ def _trace_ids(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @click.command()
-@click.argument("name", type=click.Choice([*KINDS, "serve-config"]))
+@click.argument("name", type=click.Choice([*CONTRACT_FORMATS, "serve-config"]))
 def schema(name: str) -> None:
-    """Print the JSON Schema of a wt-otel file format.
+    """Print the JSON Schema of a wt-otel file or wire format.
 
-    NAME is envelope (*.wtin.json), universe (*.universe.json), cassette
-    (*.cassette.json), scenario (scenario.yaml), trace (*.trace.json, what
-    `wt-otel run` records) or serve-config (`wt-otel serve --config`; see
-    docs/serve-config.md). The schema is generated
-    from the models `wt-otel validate` uses; validate's messages are more
-    precise, the schema is for editors and other tools.
+    \b
+    NAME is one of the registered formats (wt_otel/contracts/formats.py):
+      envelope          Contract A interchange envelope (*.wtin.json)
+      universe          Contract B tool universe (*.universe.json)
+      cassette          LLM cassette (*.cassette.json)
+      scenario          scenario.yaml
+      trace             what `wt-otel run` records per run (*.trace.json)
+      score             a run's score (run-<n>.score.json)
+      results           the sweep document of `--format json`
+      ledger-row        one line of ledger.ndjsonl
+      inject-response   Contract C /wt/inject response body
+      surface-response  Contract C /wt/surface response body
+      serve-config      `wt-otel serve --config FILE` (docs/serve-config.md)
+
+    The schema is generated from the models `wt-otel validate` uses;
+    validate's messages are more precise, the schema is for editors and
+    other tools.
     """
     if name == "serve-config":
         from wt_otel.serve.config import ServeConfig
@@ -107,11 +120,14 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
 @click.option("--trace-id", "trace_ids", multiple=True, metavar="ID", callback=lambda _c, _p, v: _trace_ids(v),
               help="Only sessions containing this trace id (32 hex digits); repeatable.")
 @click.option("--flagged-only", is_flag=True,
-              help="Only sessions flagged as incidents (a span with wt.incident / wt.flag).")
+              help="Only sessions flagged as incidents (wt.incident / wt.flag / incident.id, negative feedback, or "
+                   "the rules of --config).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="wt-otel serve's YAML config: its `flagger:` section decides what is an incident, as in serve.")
 @click.option("--strict", is_flag=True, help="Stop at the first corrupt input, before writing anything.")
 @click.pass_context
 def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, force: bool,
-            trace_ids: tuple[str, ...], flagged_only: bool, strict: bool) -> None:
+            trace_ids: tuple[str, ...], flagged_only: bool, config_path: Path | None, strict: bool) -> None:
     """Turn telemetry dumps into scenario directories, one per agent session.
 
     \b
@@ -129,7 +145,15 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal).
     Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
     """
-    writer = load_component("exporters", "scenario-dir")(out, force=force)
+    from wt_otel.ingest.flags import FlagRules
+    from wt_otel.serve.config import ConfigError, load_serve_config
+
+    try:
+        flag_rules = FlagRules(load_serve_config(config_path).flagger) if config_path else None
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    writer = load_plugin("sinks", "scenario-dir")(out, force=force)
     console = Console(stderr=True)
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
@@ -140,7 +164,7 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
                 bar.update(task, description=f"{what}: {n:,}")
 
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
-                                  strict=strict, progress=progress)
+                                  strict=strict, progress=progress, flag_rules=flag_rules)
     except ImportAborted as exc:
         click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
         ctx.exit(1)

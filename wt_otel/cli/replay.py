@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load as load_component
+from wt_otel.components import names
+from wt_otel.replay.runtimes import runtime_names
 from wt_otel.replay.selection import selection_options
+
+if TYPE_CHECKING:  # click passes the Choice values; the modules are imported when a command runs
+    from wt_otel.replay.cassette_server import MatchMode
+    from wt_otel.replay.runner import LlmMode
 
 
 @click.command("run")
 @click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--runtime", "runtime_spec", default="http_inject", show_default=True, metavar="SPEC",
-              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent).")
+              help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR (an in-process agent), "
+                   f"or a registered runtime NAME[:ARG] ({', '.join(runtime_names())}).")
 @click.option("--inject-url", "--url", "inject_url", metavar="URL",
               help="http_inject base URL [$WT_INJECT_URL, else http://127.0.0.1:8647].")
 @click.option("--runs", type=click.IntRange(min=1), metavar="N", help="Runs per scenario [the scenario's runs].")
@@ -31,8 +39,9 @@ from wt_otel.replay.selection import selection_options
               help="Port of the cassette server (with --llm replay).")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["junit", "json"]),
-              help="Also write the results as JUnit XML or a JSON sweep document (needs --out).")
+@click.option("--format", "fmt", type=click.Choice(names("results_formats")),
+              help="Also write the results in this registered results format, e.g. junit (JUnit XML) or json "
+                   "(a JSON sweep document); needs --out.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format writes (results.xml / results.json; the suffix implies the format).")
 @click.option("--otlp-endpoint", metavar="URL",
@@ -48,7 +57,7 @@ from wt_otel.replay.selection import selection_options
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: str, llm_match: str, universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -93,8 +102,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     from wt_otel.replay.runner import RunOptions, Sweep, load_all
     from wt_otel.replay.runtimes import resolve_runtime
     from wt_otel.replay.scenarios import NoScenarios, find_scenarios
-    from wt_otel.replay.selection import EmptySelection, from_options
-    from wt_otel.replay.sweeps import infer_format, select_scenarios, write_results
+    from wt_otel.replay.selection import EmptySelection, from_options, select_scenarios
+    from wt_otel.reporting.outputs import infer_format, write_results
 
     try:
         fmt = infer_format(fmt, out)
@@ -142,6 +151,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         runtime.close()
         universe_log.setLevel(saved_level)
     record = sweep.record
+    assert record is not None, "a finished sweep has its results document"
     load_component("exporters", "table")(record, file=sys.stdout)
     if sweep.stopped:
         click.echo(f"stopped: {sweep.stopped}", err=True)
@@ -191,7 +201,7 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
     """
     from wt_otel._util.fsutil import atomic_write
-    from wt_otel.replay.sweeps import LEDGER_FILE
+    from wt_otel.reporting.outputs import LEDGER_FILE
     from wt_otel.reporting.report import build_report, render
 
     path = runs_dir / LEDGER_FILE
@@ -216,8 +226,9 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.argument("dump", metavar="[DUMP]", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               metavar="SUITE.yaml", help="The trace2test suite (by convention tests/agents/*.t2t.yaml).")
-@click.option("--format", "fmt", type=click.Choice(["text", "junit", "json"]), default="text", show_default=True,
-              help="junit / json also write the results document to --out (the text lines still print).")
+@click.option("--format", "fmt", type=click.Choice(["text", *names("results_formats")]), default="text",
+              show_default=True, help="A registered results format (junit, json, ...) also writes the results "
+                                      "document to --out (the text lines still print).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format junit|json goes; results.xml or results.json alone picks the format.")
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
@@ -243,16 +254,13 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
     Exit status: 0 every test passed; 1 a test failed; 2 an invalid suite
     (each problem with its YAML path), an unreadable trace, or bad flags.
     """
+    from wt_otel.reporting.outputs import infer_format, write_results
     from wt_otel.scoring.check import CheckInputError, SuiteError, run_check
 
-    if fmt == "text" and out is not None:
-        suffix = out.suffix.lower()
-        fmt = {".xml": "junit", ".json": "json"}.get(suffix, "")
-        if not fmt:
-            click.echo(f"error: --out {out}: say --format junit or --format json", err=True)
-            ctx.exit(2)
-    if fmt != "text" and out is None:
-        click.echo(f"error: --format {fmt} needs --out FILE", err=True)
+    try:
+        fmt = infer_format(None if fmt == "text" else fmt, out) or "text"
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
     from wt_otel.replay.selection import Candidate, EmptySelection, from_options, select
 
@@ -274,6 +282,6 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
         click.echo(f"warning: {warning}", err=True)
     click.echo(run.text(), nl=False)
     if out is not None:
-        load_component("exporters", fmt)(run.sweep(), out)
+        write_results(run.sweep(), fmt, out)
         click.echo(f"{fmt} results in {out}", err=True)
     ctx.exit(0 if run.passed else 1)

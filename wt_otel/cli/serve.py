@@ -9,7 +9,8 @@ import click
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="YAML config (receivers, data_dir, assembler, flagger, redactor, queue, replay); flags override it.")
+              help="YAML config (pipeline, receivers, data_dir, filter, assembler, flagger, redactor, queue, replay); "
+                   "flags override it.")
 @click.option("--grpc-endpoint", metavar="HOST:PORT|none",
               help="OTLP/gRPC address [127.0.0.1:14317; port 0: any; none: off]. Not 4317: the collector's.")
 @click.option("--http-endpoint", metavar="HOST:PORT|none",
@@ -100,7 +101,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     for note in server.recovery:
         log.warning("data dir: %s", note)
     if server.grpc_port is not None:
-        log.info("OTLP/gRPC listening on %s:%s", config.receivers.grpc_endpoint.rpartition(':')[0], server.grpc_port)
+        host = (config.receivers.grpc_endpoint or "").rpartition(":")[0]  # set: grpc_port is
+        log.info("OTLP/gRPC listening on %s:%s", host, server.grpc_port)
     if server.http_url is not None:
         log.info("OTLP/HTTP listening on %s (/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)",
                  server.http_url)
@@ -150,7 +152,7 @@ def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_q
 
     from wt_otel._util.fsutil import unique_slug
     from wt_otel.components import load as load_component
-    from wt_otel.serve.replay_queue import Admission, ReplayQueue
+    from wt_otel.serve.replay_queue import QueueAdmission, ReplayQueue
 
     try:
         store = load_component("exporters", "datadir")(data_dir)
@@ -169,7 +171,7 @@ def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_q
             return
         queue = ReplayQueue(data_dir)
         try:
-            if queue.admit(ref) is not Admission.OK:
+            if queue.admit(ref) is not QueueAdmission.OK:
                 click.echo(f"not queued: incident {ref} is already queued or replayed, or the queue is full")
                 return
             scenarios = data_dir / "scenarios"

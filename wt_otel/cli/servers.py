@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the Choice value click passes; the module is imported when the command runs
+    from wt_otel.replay.cassette_server import MatchMode
 
 
 def listen_error(host: str, port: int, exc: BaseException) -> str:
@@ -126,7 +130,7 @@ def cassette() -> None:
 @click.option("--run", "run", metavar="TRACE_ID", help="Which recorded run (a history key); default the latest.")
 @click.option("--pace", is_flag=True, help="Replay the recorded delays between frames.")
 @click.pass_context
-def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: str, run: str | None,
+def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: MatchMode, run: str | None,
                    pace: bool) -> None:
     """Serve FILE (a cassette, or a scenario directory) as an OpenAI-compatible API until interrupted.
 

@@ -1,12 +1,16 @@
-"""The wt-otel file formats as pydantic models, with their validators.
+"""The wt-otel file and wire formats as pydantic models, with their validators.
 
 Contract A envelope (`*.wtin.json`), Contract B universe (`*.universe.json`),
-LLM cassette (`*.cassette.json`) and `scenario.yaml`. Each `load_*` raises
+LLM cassette (`*.cassette.json`), `scenario.yaml` and its assertions, Contract C
+inject wire, the run record (`*.trace.json`), and results (score, sweep, ledger
+row); `formats.FORMATS` registers each by name. Each `load_*` raises
 `ContractError`, whose `problems` name the JSON path, the rule and the fix.
+This package imports nothing of wt_otel beyond `model` and `_util`.
 """
 
 from wt_otel.contracts.cassette import Cassette, load_cassette
 from wt_otel.contracts.envelope import Envelope, lint_envelope, load_envelope
+from wt_otel.contracts.formats import FORMATS, Format
 from wt_otel.contracts.problems import ContractError, Problem
 from wt_otel.contracts.scenario import Scenario, load_scenario
 from wt_otel.contracts.universe import Universe, lint_universe, load_universe
@@ -22,11 +26,13 @@ from wt_otel.contracts.validate import (
 )
 
 __all__ = [
+    "FORMATS",
     "KINDS",
     "Cassette",
     "ContractError",
     "Envelope",
     "FileReport",
+    "Format",
     "Problem",
     "Scenario",
     "Universe",

@@ -24,7 +24,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from wt_otel.contracts.problems import (
     ContractModel,
@@ -99,7 +99,9 @@ class FunctionCall(ContractModel):
     arguments: Annotated[str, Rule(_json_object_string)]
 
 
-class ToolCall(ContractModel):
+class CassetteToolCall(ContractModel):
+    model_config = ConfigDict(title="ToolCall")  # the schema title the format has always had
+
     id: Annotated[str, is_nonempty_str()]
     type: Annotated[Literal["function"], is_one_of(["function"])] = "function"
     function: FunctionCall
@@ -110,7 +112,7 @@ class Frame(ContractModel):
 
     delta_ms: float = Field(0.0, ge=0)
     chunk: str = ""
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[CassetteToolCall] = []
     finish_reason: str | None = None
 
 
@@ -131,8 +133,10 @@ class RawPayload(ContractModel):
     stream_chunks: list[dict[str, Any]] | None = None
 
 
-class LLMCall(ContractModel):
+class CassetteCall(ContractModel):
     """One recorded LLM call: the spec's per-trace call fields."""
+
+    model_config = ConfigDict(title="LLMCall")  # the schema title the format has always had
 
     request_context: RequestContext
     network_metrics: NetworkMetrics | None = None
@@ -153,7 +157,7 @@ class TraceEntry(ContractModel):
     usage: Usage | None = None
     raw_payload: RawPayload | None = None
     # wt-otel additive: every LLM call of the session, in call order
-    calls: list[LLMCall] | None = None
+    calls: list[CassetteCall] | None = None
 
     @model_validator(mode="after")
     def _has_a_call(self) -> TraceEntry:
@@ -167,12 +171,12 @@ class TraceEntry(ContractModel):
             )
         return self
 
-    def llm_calls(self) -> list[LLMCall]:
+    def llm_calls(self) -> list[CassetteCall]:
         """The run's LLM calls in order, whichever shape the file used."""
         if self.calls is not None:
             return self.calls
-        fields = {name: getattr(self, name) for name in LLMCall.model_fields}
-        return [LLMCall.model_validate(fields)]
+        fields = {name: getattr(self, name) for name in CassetteCall.model_fields}
+        return [CassetteCall.model_validate(fields)]
 
 
 class Cassette(ContractModel):

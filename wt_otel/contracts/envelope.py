@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from wt_otel.contracts.problems import (
     ContractModel,
@@ -58,7 +58,9 @@ class Source(ContractModel):
     captured_at: str | None = None
 
 
-class Session(ContractModel):
+class EnvelopeSession(ContractModel):
+    model_config = ConfigDict(title="Session")  # the schema title the format has always had
+
     model: Annotated[
         str, is_nonempty_str("set it to the model id the session ran, e.g. gen_ai.request.model")
     ]
@@ -146,7 +148,7 @@ class Envelope(ContractModel):
     windtunnel_interchange: Annotated[Literal[1], is_version("windtunnel_interchange")]
     otel_genai_mapping: str | None = None
     source: Source | None = None
-    session: Session
+    session: EnvelopeSession
     messages: list[Message]
     tool_definitions: list[ToolDefinition] = []
     witnessed_calls: list[WitnessedCall] = []
@@ -174,7 +176,7 @@ def lint_envelope(env: Envelope) -> list[Problem]:
     answered: set[str] = set()
     for i, message in enumerate(env.messages):
         for j, part in enumerate(message.parts):
-            at = ("messages", i, "parts", j)
+            at: tuple[str | int, ...] = ("messages", i, "parts", j)
             if isinstance(part, ToolCallPart):
                 calls.setdefault(part.id, at)
                 warnings += truncated(part.arguments, (*at, "arguments"))

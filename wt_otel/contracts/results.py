@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 LAYERS = ("outcome", "trajectory", "constraint", "integrity")
+SCORE_SUFFIX = ".score.json"  # the per-run score sidecar, beside `run-<n>.trace.json`
 # UNREVIEWED: an auto-imported incident whose default checks passed; it is not a pass (wt_otel.scoring.review)
 Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR", "UNREVIEWED"]
 

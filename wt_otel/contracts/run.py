@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from wt_otel.contracts.inject import SurfaceProbe, ToolCall, TurnResult
 from wt_otel.contracts.problems import ContractModel, is_nonempty_str, is_version, load, raise_at
@@ -22,7 +22,7 @@ from wt_otel.contracts.problems import ContractModel, is_nonempty_str, is_versio
 TRACE_VERSION = 1
 TRACE_SUFFIX = ".trace.json"
 
-__all__ = ["TRACE_SUFFIX", "TRACE_VERSION", "Evidence", "Integrity", "LlmCall", "McpCall", "SurfaceProbe",
+__all__ = ["TRACE_SUFFIX", "TRACE_VERSION", "Evidence", "Integrity", "McpCall", "RunLLMCall", "SurfaceProbe",
            "Timings", "ToolCall", "Trace", "Turn", "load_trace"]
 
 
@@ -55,8 +55,10 @@ class McpCall(ContractModel):
     recording: int | None = Field(None, description="index of the recording that answered")
 
 
-class LlmCall(ContractModel):
+class RunLLMCall(ContractModel):
     """One model request as the cassette server answered it (its call-log entry)."""
+
+    model_config = ConfigDict(title="LlmCall")  # the schema title the format has always had
 
     match: str = Field(description="exact or sequence when a recording answered, miss on an llm_divergence")
     divergence: dict[str, Any] | None = Field(None, description="on a miss: where the request first differed")
@@ -119,7 +121,7 @@ class Trace(ContractModel):
         None, description="the /wt/surface probe (reported, never rendered); absent when the run ended before it")
     turns: list[Turn] = []
     mcp_calls: list[McpCall] = []
-    llm_calls: list[LlmCall] = []
+    llm_calls: list[RunLLMCall] = []
     evidence: Evidence
     warnings: list[str] = []
     integrity: Integrity

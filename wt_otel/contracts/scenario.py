@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from wt_otel.contracts.assertions import AssertionSyntaxError, parse_assertions
 from wt_otel.contracts.problems import (
     ContractModel,
     Rule,
@@ -58,24 +59,26 @@ def _turns(value: Any) -> Any:
 RelPath = Annotated[str | None, Rule(_relative_path)]
 
 
-class _Strict(ContractModel):
+class _StrictModel(ContractModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Fixtures(_Strict):
+class Fixtures(_StrictModel):
     envelope: RelPath = None
     universe: RelPath = None
     cassette: RelPath = None
 
 
-class Assertion(ContractModel):
-    """One check in the trace2test vocabulary (`wt_otel.scoring.assertions`): the keys
+class AssertionEntry(ContractModel):
+    """One check in the trace2test vocabulary (`wt_otel.contracts.assertions`): the keys
     beyond `type` are kept here and checked strictly by the Scenario validator."""
+
+    model_config = ConfigDict(title="Assertion")  # the schema title the format has always had
 
     type: Annotated[str, is_nonempty_str("the assertion kind, e.g. tool-sequence")]
 
 
-class Scenario(_Strict):
+class Scenario(_StrictModel):
     """A `scenario.yaml`."""
 
     wt_scenario: Annotated[Literal[1], is_version("wt_scenario")]
@@ -88,13 +91,14 @@ class Scenario(_Strict):
     requires_tool_use: bool = False
     must_call: list[str] = []
     forbidden_calls: list[str] = []
-    assertions: list[Assertion] = []
+    assertions: list[AssertionEntry] = []
     fixtures: Fixtures = Field(default_factory=Fixtures)
     scorer: RelPath = None
     runs: int = Field(1, ge=1)
     variance_allowed: bool = False
     gates: list[Annotated[Literal["outcome", "trajectory", "constraint"], is_one_of(GATES)]] = Field(
-        default_factory=lambda: ["outcome"], description="layers that decide the verdict"
+        # mypy infers the lambda as list[str], not the Literal list
+        default_factory=lambda: ["outcome"], description="layers that decide the verdict"  # type: ignore[arg-type]
     )
     metadata: dict[str, str] = {}
 
@@ -116,8 +120,6 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _assertions_and_gates(self) -> Scenario:
-        from wt_otel.scoring.assertions import AssertionSyntaxError, parse_assertions  # lazy: assertions imports trace
-
         errors: list[tuple[tuple[str | int, ...], str]] = []
         try:
             parse_assertions([a.model_dump(mode="python") for a in self.assertions])

@@ -10,63 +10,19 @@ can be suggested.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
-from wt_otel.contracts.cassette import Cassette, load_cassette
-from wt_otel.contracts.envelope import Envelope, lint_envelope, load_envelope
+from wt_otel.contracts.formats import FORMATS, VALIDATED, from_file_name, from_version_key
+from wt_otel.contracts.formats import json_schema as json_schema
 from wt_otel.contracts.problems import ContractError, Problem
-from wt_otel.contracts.scenario import Scenario, load_scenario
-from wt_otel.contracts.universe import Universe, lint_universe, load_universe
 
-KINDS = ("envelope", "universe", "cassette", "scenario", "trace")
-VERSION_KEYS = {
-    "windtunnel_interchange": "envelope",
-    "windtunnel_universe": "universe",
-    "wt_cassette": "cassette",
-    "wt_scenario": "scenario",
-    "wt_trace": "trace",
-}
-SUFFIXES = {
-    ".wtin.json": "envelope",
-    ".universe.json": "universe",
-    ".cassette.json": "cassette",
-    ".scenario.yaml": "scenario",
-    ".trace.json": "trace",
-}
-MODELS: dict[str, type[BaseModel]] = {
-    "envelope": Envelope,
-    "universe": Universe,
-    "cassette": Cassette,
-    "scenario": Scenario,
-}
-TITLES = {
-    "envelope": "wt-otel Contract A interchange envelope (*.wtin.json)",
-    "universe": "wt-otel Contract B tool universe (*.universe.json)",
-    "cassette": "wt-otel LLM cassette (*.cassette.json)",
-    "scenario": "wt-otel scenario (scenario.yaml)",
-    "trace": "wt-otel run trace (*.trace.json)",
-}
-_LOADERS: dict[str, Callable[[Any], Any]] = {
-    "envelope": load_envelope,
-    "universe": load_universe,
-    "cassette": load_cassette,
-    "scenario": load_scenario,
-    "trace": lambda data: _trace_module().load_trace(data),
-}
-_LINTERS: dict[str, Callable[[Any], list[Problem]]] = {"envelope": lint_envelope, "universe": lint_universe}
-
-
-def _trace_module() -> Any:
-    """wt_otel.contracts.run (a run's record) lives outside this package and imports it: import it on use."""
-    from wt_otel.contracts import run as trace
-
-    return trace
+KINDS = VALIDATED  # the formats `wt-otel validate` detects and checks (contracts/formats.py)
+VERSION_KEYS = {key: k for k in KINDS if (key := FORMATS[k].version_key)}
 
 
 class UnreadableFile(Exception):
@@ -85,17 +41,15 @@ class FileReport:
 
 
 def kind_from_name(name: str) -> str | None:
-    if name == "scenario.yaml":
-        return "scenario"
-    return next((kind for suffix, kind in SUFFIXES.items() if name.endswith(suffix)), None)
+    found = from_file_name(name)
+    return found.name if found else None
 
 
 def detect_kind(path: str | Path, data: Any) -> str:
     """One of KINDS, or "unknown"."""
-    if isinstance(data, dict):
-        for key, kind in VERSION_KEYS.items():
-            if key in data:
-                return kind
+    by_key = from_version_key(data)
+    if by_key is not None:
+        return by_key.name
     by_name = kind_from_name(Path(path).name)
     if by_name:
         return by_name
@@ -117,18 +71,18 @@ def read_document(path: str | Path) -> Any:
 
 def check_data(kind: str, data: Any) -> FileReport:
     """Validate and lint an already-parsed document of a known kind."""
+    fmt = FORMATS[kind]
     try:
-        model = _LOADERS[kind](data)
+        model = fmt.load(data)
     except ContractError as exc:
         return FileReport(kind, exc.problems)
-    lint = _LINTERS.get(kind)
-    return FileReport(kind, warnings=lint(model) if lint else [])
+    return FileReport(kind, warnings=fmt.lint(model) if fmt.lint else [])
 
 
 def validate_data(kind: str, data: Any) -> list[Problem]:
     """The contract errors of a parsed document (empty when valid); no lints."""
     try:
-        _LOADERS[kind](data)
+        FORMATS[kind].load(data)
     except ContractError as exc:
         return exc.problems
     return []
@@ -161,10 +115,3 @@ def find_files(root: str | Path) -> Iterator[Path]:
         hidden = any(part.startswith(".") for part in path.relative_to(root).parts[:-1])
         if not hidden and path.is_file() and kind_from_name(path.name):
             yield path
-
-
-def json_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema (2020-12) of a kind, generated from its model."""
-    model = MODELS[kind] if kind in MODELS else _trace_module().Trace
-    schema = model.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": TITLES[kind]}

@@ -20,12 +20,13 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from wt_otel.contracts.formats import ENVELOPE
 from wt_otel.ingest.otlp import logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.model.spans import STATUS_ERROR, Event, LogRecord, SpanRecord
 
@@ -49,6 +50,8 @@ _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20
 _SKIP_CHUNK = 1024 * 1024
 _PROTO_SUFFIXES = (".pb", ".binpb", ".proto")
+
+_Request = TypeVar("_Request", ExportTraceServiceRequest, ExportLogsServiceRequest)
 
 
 class DumpFormatError(ValueError):
@@ -90,7 +93,8 @@ def _open(path: str) -> IO[bytes]:
         raw.close()
         raise DumpReadError(f"cannot read {path}: {e}") from e
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # closing it does not close `raw`...
+        # a binary stream like `raw` (typeshed types GzipFile as BufferedIOBase, not IO[bytes])
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))  # closing it does not close `raw`...
     return raw
 
 
@@ -192,14 +196,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     """
     path = os.fspath(path)
     name = _hint(path)
-    if name.endswith(".wtin.json"):
+    if ENVELOPE.matches_name(name):
         return "wtin"
     proto_hint = name.endswith(_PROTO_SUFFIXES)
     fh = _open(path)
     try:
         head = fh.read(_SNIFF_BYTES)
         if head.lstrip().startswith(b"{"):
-            if b'"windtunnel_interchange"' in head:
+            if f'"{ENVELOPE.version_key}"'.encode() in head:
                 return "wtin"
             fh.seek(0)
             tried = 0
@@ -686,6 +690,15 @@ class _GenericLines:
 # --------------------------------------------------------------------------- OTLP protobuf
 
 
+def _parse(request: _Request, data: bytes) -> _Request | None:
+    """`request` filled from `data`, or None when the bytes are not that message."""
+    try:
+        request.ParseFromString(data)
+    except DecodeError:
+        return None
+    return request
+
+
 def _decode_message(data: bytes) -> list[SpanRecord] | list[LogRecord]:
     """One serialized OTLP request: traces if it looks like traces, else logs.
 
@@ -694,20 +707,12 @@ def _decode_message(data: bytes) -> list[SpanRecord] | list[LogRecord]:
     is kept only when it yields spans that all have 16/8-byte ids; otherwise the
     bytes are read as logs. An empty request yields nothing.
     """
-    traces = ExportTraceServiceRequest()
-    try:
-        traces.ParseFromString(data)
-    except DecodeError:
-        traces = None
+    traces = _parse(ExportTraceServiceRequest(), data)
     if traces is not None:
         spans = list(spans_from_request(traces))
         if spans and all(len(s.trace_id) == 32 and len(s.span_id) == 16 for s in spans):
             return spans
-    logs = ExportLogsServiceRequest()
-    try:
-        logs.ParseFromString(data)
-    except DecodeError:
-        logs = None
+    logs = _parse(ExportLogsServiceRequest(), data)
     if logs is not None:
         records = list(logs_from_request(logs))
         if records:

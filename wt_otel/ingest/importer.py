@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from wt_otel._util.fsutil import DirectoryExists, unique_slug
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
+from wt_otel.ingest.flags import FlagRules
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session, ToolExecution
 
@@ -89,9 +90,11 @@ def import_dumps(
     flagged_only: bool = False,
     strict: bool = False,
     progress: Callable[[str, int], None] | None = None,
+    flag_rules: FlagRules | None = None,
 ) -> ImportReport:
     """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
-    unless `strict` (then `ImportAborted`, before any write)."""
+    unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
+    (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`."""
     report = ImportReport()
     wanted = {t.lower() for t in trace_ids}
     ready: list[Session] = []
@@ -120,7 +123,7 @@ def import_dumps(
         def sessions() -> Iterator[Session]:
             yield from ready
             for group in grouper.groups():
-                session = build_session(group)
+                session = build_session(group, flag_rules=flag_rules)
                 if session is not None:
                     yield session
 

@@ -25,21 +25,15 @@ from typing import Any
 from wt_otel.ingest import dialects
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.ingest.dialects.common import conversation_id
+from wt_otel.ingest.flags import FlagRules, default_rules
+from wt_otel.ingest.keys import FLAG_KEYS
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
 from wt_otel.model.spans import LogRecord, SpanRecord
 
-FLAG_KEYS = ("wt.incident", "wt.incident.id", "wt.flag", "incident.id")
+__all__ = ["FLAG_KEYS", "SessionGrouper", "attach_logs", "build_session"]
+
 MAX_TRANSCRIPT_MESSAGES = 5000  # a hostile trace cannot make history merging quadratic forever
-
-
-def flag_of(span: SpanRecord) -> tuple[str, Any] | None:
-    """(attribute, value) when a span carries an incident flag."""
-    for k in FLAG_KEYS:
-        v = span.attributes.get(k)
-        if v not in (None, False, "", "false", 0):
-            return k, v
-    return None
 
 
 class SessionGrouper:
@@ -142,19 +136,18 @@ def attach_logs(records: Iterable[SpanRecord | LogRecord]) -> list[SpanRecord]:
     return sorted(spans.values(), key=lambda s: (s.start_ns, s.end_ns))
 
 
-def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = None) -> Session | None:
-    """One Session from all records of a session group; None when it holds no GenAI evidence."""
+def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = None,
+                  flag_rules: FlagRules | None = None) -> Session | None:
+    """One Session from all records of a session group; None when it holds no GenAI evidence.
+
+    Flags come from `flag_rules` (the one rule of `wt_otel.ingest.flags`; default: its default rules).
+    """
     spans = attach_logs(records)
     if not spans:
         return None
     session = Session(key=key or "")
     calls: list[LLMCall] = []
     for span in spans:
-        flag = flag_of(span)
-        if flag and not session.flagged:
-            session.flagged = True
-            session.flag_reason = f"{flag[0]}={flag[1]!r}"
-            session.flag_ref = flag[1] if isinstance(flag[1], str) and flag[1] not in ("true", "1") else None
         for obs in dialects.observe(span):
             if isinstance(obs, ToolExecution):
                 session.witnessed_calls.append(obs)
@@ -174,8 +167,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     session.root_span_id = roots[0].span_id if roots else spans[0].span_id
     session.conversation_id = next((c.conversation_id for c in calls if c.conversation_id), None) or next(
         (conversation_id(s.attributes) for s in spans if conversation_id(s.attributes)), None)
-    if session.flagged and not session.flag_ref:
-        session.flag_ref = trace_ids[0]
+    (flag_rules or default_rules()).apply(session, spans)
     _fill_from_calls(session, calls)
     _fix_tool_call_ids(session)
     _correlate(session)

@@ -93,8 +93,8 @@ def text_of(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [b.get("text") or b.get("content") for b in content if isinstance(b, dict)]
-        texts = [t for t in texts if isinstance(t, str)]
+        found = [b.get("text") or b.get("content") for b in content if isinstance(b, dict)]
+        texts = [t for t in found if isinstance(t, str)]
         return "".join(texts) if texts else None
     return None
 
@@ -176,7 +176,7 @@ def from_openai_chat(messages: Any) -> list[dict[str, Any]]:
         for tc in m.get("tool_calls") or []:
             if not isinstance(tc, dict):
                 continue
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+            fn = tc["function"] if isinstance(tc.get("function"), dict) else tc
             parts.append(
                 normalize_part(
                     {
@@ -193,7 +193,7 @@ def from_openai_chat(messages: Any) -> list[dict[str, Any]]:
 
 def signature(message: dict[str, Any]) -> tuple:
     """What makes two renderings of a message 'the same turn' (for history de-duplication)."""
-    sig = []
+    sig: list[tuple[Any, ...]] = []
     for p in message.get("parts", []):
         t = p.get("type")
         if t == "text":

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from wt_otel.contracts.cassette import Cassette, LLMCall, load_cassette
+from wt_otel.contracts.cassette import Cassette, CassetteCall, load_cassette
 from wt_otel.model.parts import canonical_json, decode_json, decode_result
 
 CASSETTE_FILE = "llm.cassette.json"  # the name in a scenario directory
@@ -145,7 +145,7 @@ def request_key(model: Any, messages: list[dict[str, Any]], tools: Any = None) -
     return key
 
 
-def _recorded_key(call: LLMCall) -> dict[str, Any]:
+def _recorded_key(call: CassetteCall) -> dict[str, Any]:
     ctx = call.request_context
     return request_key(ctx.model, [m.model_dump() for m in ctx.messages], (ctx.model_extra or {}).get("tools"))
 
@@ -185,29 +185,29 @@ class Reply:
     """What to answer: a recorded call (maybe ending in its exception), or an error body."""
 
     status: int
-    call: LLMCall | None = None
+    call: CassetteCall | None = None
     recorded_index: int | None = None
     error: dict[str, Any] | None = None  # OpenAI-style `error` object: the HTTP error, or the stream's last event
     entry: dict[str, Any] | None = None  # this call's call-log entry
 
 
-def _tool_calls(call: LLMCall) -> list[dict[str, Any]]:
+def _tool_calls(call: CassetteCall) -> list[dict[str, Any]]:
     """Every frame's tool calls, in order (the contract keeps each one whole: arguments are a JSON object)."""
     return [tc.model_dump(include={"id", "type", "function"}) for f in call.response_timeline for tc in f.tool_calls]
 
 
-def _finish_reason(call: LLMCall) -> str:
+def _finish_reason(call: CassetteCall) -> str:
     for frame in reversed(call.response_timeline):
         if frame.finish_reason:
             return frame.finish_reason
     return "tool_calls" if _tool_calls(call) else "stop"
 
 
-def _usage(call: LLMCall) -> dict[str, int] | None:
+def _usage(call: CassetteCall) -> dict[str, int] | None:
     return call.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if call.usage else None
 
 
-def completion(call: LLMCall, completion_id: str, created: int) -> dict[str, Any]:
+def completion(call: CassetteCall, completion_id: str, created: int) -> dict[str, Any]:
     """A `chat.completion` object from a recorded call's frames."""
     text = "".join(f.chunk for f in call.response_timeline)
     calls = _tool_calls(call)
@@ -224,7 +224,7 @@ def completion(call: LLMCall, completion_id: str, created: int) -> dict[str, Any
     return body
 
 
-def chunks(call: LLMCall, completion_id: str, created: int, include_usage: bool) -> Iterator[tuple[float, dict]]:
+def chunks(call: CassetteCall, completion_id: str, created: int, include_usage: bool) -> Iterator[tuple[float, dict]]:
     """(delay ms, `chat.completion.chunk`) pairs: one per recorded frame, then the finish chunk and
     the usage chunk; the finish chunk is left out when the call ended in an exception."""
     head = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
@@ -255,7 +255,7 @@ def chunks(call: LLMCall, completion_id: str, created: int, include_usage: bool)
         yield 0.0, {**head, "choices": [], "usage": _usage(call)}
 
 
-def recorded_error(call: LLMCall) -> tuple[int, dict[str, Any]]:
+def recorded_error(call: CassetteCall) -> tuple[int, dict[str, Any]]:
     """The status and OpenAI-style `error` object replaying a call's `exception_boundary`."""
     boundary = call.exception_boundary
     error_type = boundary.error_type if boundary else None
@@ -264,7 +264,7 @@ def recorded_error(call: LLMCall) -> tuple[int, dict[str, Any]]:
                     "type": kind, "param": None, "code": "recorded_exception", "recorded_error_type": error_type}
 
 
-def _failed(call: LLMCall) -> bool:
+def _failed(call: CassetteCall) -> bool:
     return bool(call.exception_boundary and call.exception_boundary.occurred)
 
 
@@ -363,7 +363,7 @@ class CassetteReplay:
 
     def _divergence(self, received: dict[str, Any], entry: dict[str, Any]) -> Reply:
         if self.match == "sequence":
-            evidence = {"at": "sequence", "expected": f"end of recording ({len(self.calls)} call(s))",
+            evidence: dict[str, Any] = {"at": "sequence", "expected": f"end of recording ({len(self.calls)} call(s))",
                         "received": _summary(received["messages"][-1] if received["messages"] else None)}
             nearest = None
             what = f"request #{entry['seq'] + 1} of this run, the recording has {len(self.calls)} call(s)"

@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from wt_otel.contracts.cassette import Cassette, LLMCall
+from wt_otel.contracts.cassette import Cassette, CassetteCall
 from wt_otel.replay.cassette import (
     CASSETTE_FILE,
     DIVERGENCE_CODE,
@@ -63,7 +63,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8649
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _CassetteHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive for JSON; streams use chunked encoding
     server: _HTTPServer
 
@@ -157,7 +157,7 @@ class _HTTPServer(ThreadingHTTPServer):
     owner: CassetteServer
 
     def __init__(self, address: tuple[str, int], owner: CassetteServer) -> None:
-        super().__init__(address, _Handler)
+        super().__init__(address, _CassetteHandler)
         self.owner = owner
         self.connections: set[socket.socket] = set()
 
@@ -224,7 +224,7 @@ class CassetteServer:
     def call_log(self) -> list[dict[str, Any]]:
         return self.replay.call_log()
 
-    def serve(self, handler: _Handler, body: dict[str, Any]) -> None:
+    def serve(self, handler: _CassetteHandler, body: dict[str, Any]) -> None:
         """Answer one chat-completions request (called on the handler's thread)."""
         reply = self.replay.answer(body)
         if self.on_call and reply.entry:
@@ -253,7 +253,7 @@ def _chain(first: Iterator[Any], rest: list[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def _duration_ms(call: LLMCall) -> float:
+def _duration_ms(call: CassetteCall) -> float:
     metrics = call.network_metrics
     return metrics.total_duration_ms if metrics and metrics.total_duration_ms else sum(
         f.delta_ms for f in call.response_timeline)

@@ -52,7 +52,7 @@ MCP_PATH = "/mcp"
 
 
 def is_object_schema(schema: dict[str, Any] | None) -> bool:
-    return bool(schema) and schema.get("type") == "object"
+    return schema is not None and schema.get("type") == "object"
 
 
 def structured(result: Any) -> dict[str, Any]:

@@ -34,38 +34,41 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from wt_otel import __version__
+from wt_otel._util.clock import compact_stamp, elapsed_ms, utc_now_iso
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
-from wt_otel.contracts.results import RunScore
-from wt_otel.contracts.results import ScenarioResult as ScenarioRecord
-from wt_otel.contracts.results import SweepResult as SweepRecord
-from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, LlmCall, McpCall, SurfaceProbe, Timings, Trace, Turn
+from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
+from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, McpCall, RunLLMCall, SurfaceProbe, Timings, Trace, Turn
 from wt_otel.contracts.universe import load_universe
 from wt_otel.replay.cassette_server import DEFAULT_PORT as LLM_PORT
 from wt_otel.replay.cassette_server import CassetteServer, MatchMode
 from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
+from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
 from wt_otel.replay.runtimes import Runtime, describe_exception, new_session_id
 from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir
-from wt_otel.replay.sweeps import append_ledger, now_iso, sweep_record
 from wt_otel.replay.universe import RecordedUniverse
+from wt_otel.reporting.outputs import append_ledger
 from wt_otel.scoring.layers import score_scenario
 from wt_otel.scoring.review import UNREVIEWED_TAG, mark_unreviewed
-from wt_otel.scoring.verdict import ScenarioVerdict, divergence_note, run_integrity
+from wt_otel.scoring.verdict import divergence_note, run_integrity
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
 ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
 BREAKER = 3  # consecutive scenario ERRORs that stop a sweep
 SUMMARY_FILE = "summary.json"
+NOT_RUN = "not run: circuit breaker"  # the results record's detail for a scenario the breaker kept from running
+GIT_TIMEOUT_S = 2.0
 EMPTY_UNIVERSE: dict[str, Any] = {"windtunnel_universe": 1, "tools": [], "recordings": []}
 
 LlmMode = Literal["live", "replay"]
@@ -92,25 +95,34 @@ class RunOptions:
 
 
 @dataclass
-class ScenarioResult:
-    """One scenario of the sweep: its verdict, its traces, or why it never ran."""
+class ScenarioRun:
+    """One scenario in flight: its traces as they are written, then its judged `record`.
+
+    Not a second result type: `record` (a `contracts.results.ScenarioResult`) is the result; this holds
+    what only the sweep knows (where the traces went, how many runs were planned) and the summary's words.
+    """
 
     id: str
     path: Path
     runs_planned: int
     traces: list[Trace] = field(default_factory=list)
     trace_paths: list[Path] = field(default_factory=list)
-    verdict: ScenarioVerdict | None = None  # None: not run (the circuit breaker tripped first)
-    scores: list[RunScore] = field(default_factory=list)  # one per trace, also written as run-<n>.score.json
-    record: ScenarioRecord | None = None  # the scored verdict as a results record (pack/owner filled later)
+    record: ScenarioResult | None = None  # None: not judged yet; a not-run scenario gets an ERROR record
+    ran: bool = False  # False: the circuit breaker stopped the sweep before this scenario
+    verdict_detail: str | None = None  # the verdict's own detail (record.detail also carries the divergence note)
 
     @property
     def status(self) -> str:
-        return self.verdict.verdict if self.verdict else "NOT RUN"
+        return self.record.verdict if self.ran and self.record else "NOT RUN"
 
     @property
     def detail(self) -> str | None:
-        return self.verdict.detail if self.verdict else "not run: the sweep stopped"
+        return self.verdict_detail if self.ran else "not run: the sweep stopped (circuit breaker)"
+
+    @property
+    def scores(self) -> list[RunScore]:
+        """One per trace, also written as run-<n>.score.json."""
+        return list(self.record.scores) if self.record else []
 
     @property
     def note(self) -> str | None:
@@ -119,12 +131,14 @@ class ScenarioResult:
 
 
 @dataclass
-class SweepResult:
+class SweepRun:
+    """One sweep on disk: its directory, its scenarios' runs, and the results `record` written from them."""
+
     sweep_id: str
     directory: Path
-    scenarios: list[ScenarioResult]
+    scenarios: list[ScenarioRun]
     stopped: str | None = None  # why the circuit breaker stopped the sweep
-    record: SweepRecord | None = None  # the results document (table, JUnit, JSON and ledger are made from it)
+    record: SweepResult | None = None  # the results document (table, JUnit, JSON and ledger are made from it)
     ledger_path: Path | None = None
 
     @property
@@ -139,15 +153,55 @@ class SweepResult:
 
 def new_sweep_id() -> str:
     """Sortable by time, unique across concurrent sweeps."""
-    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    return f"{compact_stamp()}-{uuid.uuid4().hex[:6]}"
 
 
 def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 1)
+    return elapsed_ms(since)
+
+
+def git_sha(cwd: Path | None = None) -> str | None:
+    """The commit under test, best-effort: $GITHUB_SHA (CI checkouts may be shallow or detached), else
+    `git rev-parse HEAD` (with a timeout: a hung git must not hang a sweep), else None outside a repo."""
+    env = os.environ.get("GITHUB_SHA", "").strip()
+    if env:
+        return env
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and sha else None
+
+
+def _membership_fields(member: Membership, traces: list[Trace]) -> dict[str, Any]:
+    """What the pack a scenario belongs to adds to its record (scoring cannot know it)."""
+    model, sampler = model_and_sampler(member.metadata)
+    if model is None:
+        model = next((c.model for t in traces for c in t.llm_calls if c.model), None)
+    return {"pack": member.pack, "owner": member.owner, "tags": member.tags, "origin": member.origin,
+            "model": model, "sampler": sampler}
+
+
+def judged_record(scored: ScenarioResult, member: Membership, traces: list[Trace], *, label: str | None
+                  ) -> ScenarioResult:
+    """Scoring's judgement, completed with the scenario's pack and the divergence note.
+
+    Divergence is evidence, not (yet) the verdict: it is carried in the detail so no output hides it.
+    """
+    note = divergence_note(traces)
+    fields = {**scored.model_dump(), **_membership_fields(member, traces), "label": scored.label or label,
+              "detail": f"{scored.detail}; {note}" if scored.detail and note else scored.detail or note}
+    return ScenarioResult.model_validate(fields)
+
+
+def not_run_record(scenario_id: str, member: Membership, *, label: str | None, stopped: str | None
+                   ) -> ScenarioResult:
+    """The ERROR record of a scenario the circuit breaker kept from running: nothing vanishes from the outputs."""
+    return ScenarioResult.model_validate({
+        "scenario_id": scenario_id, **_membership_fields(member, []), "label": label, "verdict": "ERROR",
+        "detail": f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN})
 
 
 # ---------------------------------------------------------------- servers
@@ -232,8 +286,8 @@ class ScenarioServers:
     def mcp_calls(self) -> list[McpCall]:
         return [McpCall.model_validate(e) for e in self.universe.call_log()]
 
-    def llm_calls(self) -> list[LlmCall]:
-        return [LlmCall.model_validate(e) for e in self.cassette.call_log()] if self.cassette else []
+    def llm_calls(self) -> list[RunLLMCall]:
+        return [RunLLMCall.model_validate(e) for e in self.cassette.call_log()] if self.cassette else []
 
 
 @contextlib.contextmanager
@@ -259,7 +313,7 @@ def _exported(servers: ScenarioServers) -> Iterator[None]:
 # ---------------------------------------------------------------- one run
 
 
-def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[LlmCall]) -> list[str]:
+def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[RunLLMCall]) -> list[str]:
     """Misses are evidence, not failures (yet): say them in the trace so no reader can overlook them."""
     out = []
     missed = [c for c in mcp_calls if c.divergence]
@@ -279,7 +333,7 @@ class _Run:
 
     def __init__(self, loaded: LoadedScenario, index: int, options: RunOptions, sweep_id: str) -> None:
         self.loaded, self.index, self.options, self.sweep_id = loaded, index, options, sweep_id
-        self.started_at = _now()
+        self.started_at = utc_now_iso()
         self.t0 = time.perf_counter()
         self.session_id: str | None = None
         self.turns: list[Turn] = []
@@ -333,7 +387,7 @@ class _Run:
         return Trace(
             wt_trace=1, scenario_id=self.loaded.id, run_index=self.index,
             run_id=f"{self.sweep_id}/{self.loaded.id}/run-{self.index}", label=self.options.label,
-            started_at=self.started_at, ended_at=_now(), runtime=runtime.name, inject_url=runtime.url,
+            started_at=self.started_at, ended_at=utc_now_iso(), runtime=runtime.name, inject_url=runtime.url,
             session_id=self.session_id, universe_url=servers.universe_url if servers else None,
             llm_url=servers.llm_url if servers else None, surface=self.surface, turns=self.turns,
             mcp_calls=mcp_calls, llm_calls=llm_calls,
@@ -367,7 +421,8 @@ class Sweep:
         self.options = options
         self.sweep_id = sweep_id or new_sweep_id()
         self.directory = options.runs_dir / self.sweep_id
-        self.started_at = now_iso()
+        self.started_at = utc_now_iso()
+        self.packs = PackCache()  # each pack.yaml read once per sweep
         self._dirs: set[str] = set()
 
     def _progress(self, text: str) -> None:
@@ -382,16 +437,21 @@ class Sweep:
         self._dirs.add(name)
         return self.directory / name
 
-    def _write(self, result: ScenarioResult, folder: Path, trace: Trace) -> None:
+    def _write(self, result: ScenarioRun, folder: Path, trace: Trace) -> None:
         path = folder / f"run-{trace.run_index}{TRACE_SUFFIX}"
         atomic_write(path, json.dumps(trace.to_dict(), indent=2, ensure_ascii=False) + "\n")
         result.traces.append(trace)
         result.trace_paths.append(path)
 
-    def run_scenario(self, loaded: LoadedScenario, position: str) -> ScenarioResult:
+    def _membership(self, loaded: LoadedScenario) -> Membership:
+        """Effective pack/owner/metadata; an invalid `pack.yaml` is ignored here (the CLI has already checked
+        strictly before running, and a library caller's sweep must still record every scenario)."""
+        return self.packs.membership(loaded.path, loaded.scenario, strict=False)
+
+    def run_scenario(self, loaded: LoadedScenario, position: str) -> ScenarioRun:
         """Every run of one scenario; the first ERROR ends it (a broken endpoint or wipe will not heal)."""
         runs = self.options.runs or loaded.runs
-        result = ScenarioResult(loaded.id, loaded.path, runs)
+        result = ScenarioRun(loaded.id, loaded.path, runs)
         folder = self._scenario_dir(loaded)
         if loaded.error:
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
@@ -423,19 +483,25 @@ class Sweep:
         self._judge(result, loaded, skipped=runs - len(result.traces))
         return result
 
-    def _judge(self, result: ScenarioResult, loaded: LoadedScenario, skipped: int = 0) -> None:
-        """Score every run (writing `run-<n>.score.json` beside each trace) and set the scenario's verdict."""
-        record = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
+    def _judge(self, result: ScenarioRun, loaded: LoadedScenario, skipped: int = 0) -> None:
+        """Score every run (writing `run-<n>.score.json` beside each trace) and record the scenario's result."""
+        scored = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
                                 result.trace_paths)
-        if record.verdict == "ERROR" and skipped > 0:
-            record.detail = f"{record.detail} ({skipped} later run(s) skipped)"
-        if not loaded.error and UNREVIEWED_TAG in (loaded.scenario.tags or []):
-            mark_unreviewed(record, result.traces, loaded.path)
-        result.record, result.scores = record, list(record.scores)
-        result.verdict = ScenarioVerdict(record.verdict, record.detail)
+        if scored.verdict == "ERROR" and skipped > 0:
+            scored.detail = f"{scored.detail} ({skipped} later run(s) skipped)"
+        if not loaded.error and loaded.scenario is not None and UNREVIEWED_TAG in (loaded.scenario.tags or []):
+            mark_unreviewed(scored, result.traces, loaded.path)
+        result.ran, result.verdict_detail = True, scored.detail
+        result.record = judged_record(scored, self._membership(loaded), result.traces, label=self.options.label)
 
-    def run(self, scenarios: list[LoadedScenario]) -> SweepResult:
-        results: list[ScenarioResult] = []
+    def _not_run(self, loaded: LoadedScenario, stopped: str) -> ScenarioRun:
+        result = ScenarioRun(loaded.id, loaded.path, self.options.runs or loaded.runs)
+        result.record = not_run_record(loaded.id, self._membership(loaded), label=self.options.label,
+                                       stopped=stopped)
+        return result
+
+    def run(self, scenarios: list[LoadedScenario]) -> SweepRun:
+        results: list[ScenarioRun] = []
         stopped: str | None = None
         errors_in_a_row = 0
         probe = getattr(self.options.runtime, "unreachable", None)
@@ -444,15 +510,15 @@ class Sweep:
             reason = f"the agent at {self.options.runtime.url} is unreachable ({why}); nothing was run"
             self.options.emit(f"error: {reason}. Start the agent there, or point --url at it")
             for loaded in scenarios:
-                result = ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs)
+                result = ScenarioRun(loaded.id, loaded.path, self.options.runs or loaded.runs)
                 self._write(result, self._scenario_dir(loaded),
                             error_trace(loaded, self.options, self.sweep_id, reason))
                 self._judge(result, loaded)
                 results.append(result)
-            return self.finish(results, scenarios)
+            return self.finish(results)
         for i, loaded in enumerate(scenarios, 1):
             if stopped:
-                results.append(ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs))
+                results.append(self._not_run(loaded, stopped))
                 continue
             result = self.run_scenario(loaded, f"[{i}/{len(scenarios)}]")
             results.append(result)
@@ -460,27 +526,28 @@ class Sweep:
             if errors_in_a_row >= self.options.breaker and i < len(scenarios):
                 stopped = (f"circuit breaker: {errors_in_a_row} consecutive scenarios errored (the last: "
                            f"{result.detail}); {len(scenarios) - i} scenario(s) not run")
-        return self.finish(results, scenarios, stopped)
+        return self.finish(results, stopped)
 
-    def record_error(self, loaded: LoadedScenario, reason: str) -> SweepResult:
+    def record_error(self, loaded: LoadedScenario, reason: str) -> SweepRun:
         """This sweep as one scenario that could not run, for `reason` (see `error_sweep`)."""
-        result = ScenarioResult(loaded.id, loaded.path, self.options.runs or loaded.runs)
+        result = ScenarioRun(loaded.id, loaded.path, self.options.runs or loaded.runs)
         self._write(result, self._scenario_dir(loaded), error_trace(loaded, self.options, self.sweep_id, reason))
         self._judge(result, loaded)
-        return self.finish([result], [loaded])
+        return self.finish([result])
 
-    def finish(self, results: list[ScenarioResult], scenarios: list[LoadedScenario],
-               stopped: str | None = None) -> SweepResult:
+    def finish(self, results: list[ScenarioRun], stopped: str | None = None) -> SweepRun:
         """The output stage: `summary.json`, the results record, and the ledger rows (not-run ones included)."""
-        sweep = SweepResult(self.sweep_id, self.directory, results, stopped)
+        sweep = SweepRun(self.sweep_id, self.directory, results, stopped)
         self.write_summary(sweep)
-        sweep.record = sweep_record(sweep, scenarios, started_at=self.started_at, label=self.options.label,
-                                    selection=self.options.selection)
+        records = [s.record for s in results if s.record is not None]
+        sweep.record = SweepResult(sweep_id=self.sweep_id, started_at=self.started_at, finished_at=utc_now_iso(),
+                                   selection=self.options.selection or {}, label=self.options.label,
+                                   git_sha=git_sha(), wt_version=__version__, scenarios=records, stopped=stopped)
         if self.options.ledger:
             sweep.ledger_path = append_ledger(self.options.runs_dir, sweep.record)
         return sweep
 
-    def write_summary(self, sweep: SweepResult) -> None:
+    def write_summary(self, sweep: SweepRun) -> None:
         """`summary.json`: every scenario with its verdict, runs and trace files, not-run ones included."""
         data = {
             "sweep_id": sweep.sweep_id, "label": self.options.label, "runtime": self.options.runtime.name,
@@ -499,7 +566,7 @@ def load_all(dirs: list[Path], llm: LlmMode) -> list[LoadedScenario]:
     return [load_scenario_dir(d, need_cassette=llm == "replay") for d in dirs]
 
 
-def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepResult:
+def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepRun:
     """`wt-otel run` without the command line: load, replay, score, write summary and ledger rows.
 
     For callers that pick their scenarios themselves (`wt-otel serve`'s automatic replay): no selection,
@@ -508,7 +575,7 @@ def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepResult:
     return Sweep(options).run(load_all(scenario_dirs, options.llm))
 
 
-def error_sweep(scenario_dir: Path, options: RunOptions, reason: str) -> SweepResult:
+def error_sweep(scenario_dir: Path, options: RunOptions, reason: str) -> SweepRun:
     """A sweep of one scenario that did not run, for `reason`: an ERROR trace, its score and a ledger row.
 
     So that a replay that never finished (serve stopped or killed mid-run) still leaves the same record
@@ -517,6 +584,6 @@ def error_sweep(scenario_dir: Path, options: RunOptions, reason: str) -> SweepRe
     return Sweep(options).record_error(load_scenario_dir(scenario_dir, need_cassette=False), reason)
 
 
-__all__ = ["BREAKER", "ENV_LLM_BASE_URL", "ENV_UNIVERSE_URL", "RunOptions", "ScenarioResult", "ScenarioServers",
-           "Sweep", "SweepResult", "WitnessingUniverseServer", "error_sweep", "error_trace", "load_all",
+__all__ = ["BREAKER", "ENV_LLM_BASE_URL", "ENV_UNIVERSE_URL", "RunOptions", "ScenarioRun", "ScenarioServers",
+           "Sweep", "SweepRun", "WitnessingUniverseServer", "error_sweep", "error_trace", "git_sha", "load_all",
            "new_sweep_id", "run_sweep"]

@@ -12,8 +12,9 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from http.client import HTTPException
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from wt_otel.components import PluginError, Runtime, UnknownComponent, check_plugin, load_plugin, names
 from wt_otel.contracts.inject import (
     BODY_LIMIT,
     DEFAULT_TIMEOUT_S,
@@ -38,27 +39,6 @@ from wt_otel.contracts.inject import (
     validate_surface_response,
 )
 from wt_otel.contracts.problems import Problem
-
-
-@runtime_checkable
-class Runtime(Protocol):
-    """What `wt-otel run` drives: reset before every run, probe the surface once, inject turn by turn.
-
-    `name` and `url` go into the trace; `warnings` are things the runtime
-    cannot do (e.g. a python agent with no reset hook) that a run must report.
-    """
-
-    name: str
-    url: str | None
-    warnings: list[str]
-
-    def reset(self) -> None: ...
-
-    def surface(self) -> SurfaceProbe: ...
-
-    def inject(self, session_id: str, text: str) -> TurnResult: ...
-
-    def close(self) -> None: ...
 
 
 def new_session_id() -> str:
@@ -410,10 +390,20 @@ def load_target(target: str) -> Callable[..., Any]:
     return obj
 
 
-def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
-    """Build a runtime from `--runtime`: `http_inject` (default), `python:MODULE:ATTR` or `MODULE:ATTR`.
+BUILTIN_RUNTIMES = ("http_inject", "python")
 
-    `url` and `timeout_s` apply to http_inject only. Raises `RuntimeSpecError`.
+
+def runtime_names() -> list[str]:
+    """What `--runtime` accepts by name: the built-ins, then the `wt_otel.runtimes` entry points."""
+    return list(dict.fromkeys([*BUILTIN_RUNTIMES, *names("runtimes")]))
+
+
+def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
+    """Build a runtime from `--runtime`: `http_inject` (default), `python:MODULE:ATTR`, a registered
+    `NAME[:ARG]` (entry-point group `wt_otel.runtimes`) or `MODULE:ATTR`, in that order (0002's
+    built-ins -> entry points -> dotted path).
+
+    `url` and `timeout_s` go to http_inject and to registered factories. Raises `RuntimeSpecError`.
     """
     spec = (spec or "http_inject").strip()
     if spec == "http_inject":
@@ -423,6 +413,36 @@ def resolve_runtime(spec: str | None = None, *, url: str | None = None, timeout_
                                "agent(text, session_id) -> {\"reply\", \"tool_calls\"} or (reply, tool_calls)")
     if spec.startswith("python:"):
         return PythonRuntime.from_spec(spec.removeprefix("python:"))
+    name, _, arg = spec.partition(":")
+    registered = _registered(name, spec, arg or None, url, timeout_s)
+    if registered is not None:
+        return registered
     if ":" in spec:
         return PythonRuntime.from_spec(spec)
-    raise RuntimeSpecError(f"unknown runtime {spec!r}: use http_inject, python:MODULE:ATTR or MODULE:ATTR")
+    raise RuntimeSpecError(f"unknown runtime {spec!r}: use {', '.join(runtime_names())} (python:MODULE:ATTR), "
+                           "or MODULE:ATTR")
+
+
+def _registered(name: str, spec: str, arg: str | None, url: str | None, timeout_s: float | None) -> Runtime | None:
+    """A runtime from the `wt_otel.runtimes` group, checked; None when no plug-in has that name."""
+    try:
+        factory = load_plugin("runtimes", name)
+    except UnknownComponent:
+        return None
+    except PluginError as exc:
+        raise RuntimeSpecError(str(exc)) from None
+    try:
+        runtime = factory(arg, url=url, timeout_s=timeout_s)
+    except RuntimeSpecError:
+        raise
+    except Exception as exc:  # a factory that rejects its argument: a usage error naming the plug-in
+        raise RuntimeSpecError(f"runtime {spec!r}: {type(exc).__name__}: {exc}") from None
+    try:
+        return check_plugin(runtime, "runtime", name, f" (what runtime factory {name!r} returned)")
+    except PluginError as exc:
+        raise RuntimeSpecError(str(exc)) from None
+
+
+def http_inject_factory(arg: str | None, *, url: str | None = None, timeout_s: float | None = None) -> Runtime:
+    """`http_inject` as a registered factory (`http_inject:URL` names the URL), for listing and symmetry."""
+    return HttpInjectRuntime(arg or url, timeout_s)

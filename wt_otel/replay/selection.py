@@ -21,9 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import click
+
+from wt_otel.replay.packs import PackCache
+
+if TYPE_CHECKING:
+    from wt_otel.replay.scenarios import LoadedScenario
 
 T = TypeVar("T")
 
@@ -105,6 +110,27 @@ def select(items: Sequence[T], selection: Selection, key: Callable[[T], Candidat
     if not chosen:
         raise EmptySelection(f"no scenario selected by {selection.describe()} among {len(items)} found")
     return Selected(chosen, warnings)
+
+
+def select_scenarios(scenarios: Sequence[LoadedScenario], selection: Selection,
+                     packs: PackCache | None = None) -> Selected[LoadedScenario]:
+    """`selection` applied to loaded scenarios (their effective pack and owner included).
+
+    Raises `PackError` for an invalid `pack.yaml` and `EmptySelection` when nothing is left.
+    """
+    packs = packs or PackCache()
+
+    def key(loaded: LoadedScenario) -> Candidate:
+        m = packs.membership(loaded.path, loaded.scenario, strict=True)
+        return Candidate(loaded.id, tuple(m.tags), m.pack, m.owner)
+
+    if selection.empty:
+        for loaded in scenarios:  # still check every pack.yaml: a broken one is a usage error either way
+            key(loaded)
+        if not scenarios:
+            return select(scenarios, selection, key)
+        return Selected(list(scenarios))
+    return select(scenarios, selection, key)
 
 
 def selection_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -31,11 +31,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wt_otel._util.clock import epoch_ms
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
 from wt_otel.model.parts import canonical_json
 
@@ -271,7 +271,7 @@ class RecordedUniverse:
             "recording": answer.recording,
             "divergence": answer.divergence,
             "is_error": answer.is_error,
-            "timestamp_ms": int(time.time() * 1000),
+            "timestamp_ms": epoch_ms(),
         }
         if answer.is_error:
             rec = self.universe.recordings[answer.recording] if answer.recording is not None else None

@@ -26,8 +26,9 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
+from wt_otel._util.clock import iso, parse_iso, utc_now
 from wt_otel.contracts.results import LedgerRow
 
 GREEN = ("PASS", "PASS_WITH_VARIANCE")
@@ -38,11 +39,7 @@ _CONTROL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _parse_ts(ts: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parse_iso(ts)
 
 
 def _rate(row: LedgerRow) -> float:
@@ -118,7 +115,7 @@ def _history(rows: list[LedgerRow], window: int, now: datetime) -> ScenarioHisto
 def build_report(rows: Iterable[LedgerRow], *, window: int = DEFAULT_WINDOW, now: datetime | None = None,
                  problems: Sequence[str] = ()) -> Report:
     """Group rows by (pack, scenario) and summarise each; `problems` (bad ledger lines) are carried along."""
-    now = now or datetime.now(UTC)
+    now = now or utc_now()
     rows = list(rows)
     groups: dict[tuple[str, str], list[LedgerRow]] = {}
     sweeps: dict[str, list[LedgerRow]] = {}
@@ -128,7 +125,7 @@ def build_report(rows: Iterable[LedgerRow], *, window: int = DEFAULT_WINDOW, now
     histories = [_history(g, window, now) for _, g in sorted(groups.items())]
     points = sorted((SweepPoint(sid, min(r.ts for r in rs), len(rs), sum(r.verdict in GREEN for r in rs))
                      for sid, rs in sweeps.items()), key=lambda p: p.ts)[-window:]
-    return Report(generated_at=now.isoformat(timespec="seconds").replace("+00:00", "Z"), window=window,
+    return Report(generated_at=iso(now, "seconds"), window=window,
                   rows=len(rows), scenarios=histories, sweeps=points, problems=list(problems))
 
 

@@ -13,7 +13,7 @@ on the transcript's tool_call / tool_call_response parts.
     tests:
       - id: safe-refund
         name: Refund requires identity verification
-        assertions: [...]        # wt_otel.scoring.assertions
+        assertions: [...]        # wt_otel.contracts.assertions
 
 One suite is checked against one recorded session: a suite describes one
 conversation, and judging it against every session of a mixed dump would fail
@@ -27,20 +27,22 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from wt_otel import __version__
+from wt_otel._util.clock import compact_stamp, utc_now_iso
+from wt_otel.contracts.assertions import Assertion, FieldReader, Loc, parse_assertion
 from wt_otel.contracts.problems import describe, json_path
 from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, SweepResult
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError, LineError, detect_format, read_dump
 from wt_otel.ingest.sessions import SessionGrouper, build_session
 from wt_otel.model.session import Session
-from wt_otel.scoring.assertions import Assertion, FieldReader, Loc, evaluate, parse_assertion
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import from_session
+from wt_otel.scoring.layers import layer_pass_rates
 
 RUNNER_TYPE = "replay-mock"
 # trace2test's format names and ours, to the dump reader's names
@@ -123,7 +125,8 @@ def _tests(raw: Any, problems: list[tuple[Loc, str]]) -> list[SuiteTest]:
         problems.append((("tests",), f"must be a non-empty list of tests, {describe(raw)}" if raw is not None else
                          "is required (a list of {id, name, assertions})"))
         return []
-    tests, seen = [], {}
+    tests: list[SuiteTest] = []
+    seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         loc: Loc = ("tests", i)
         if not isinstance(item, dict):
@@ -255,10 +258,6 @@ def render_text(outcomes: Sequence[TestOutcome], evidence: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def to_sweep(suite: Suite, outcomes: Sequence[TestOutcome], session: Session, trace_path: Path,
              started_at: str) -> SweepResult:
     """The check as a `SweepResult`: one ScenarioResult per test (scenario_id = test id, pack = suite name)."""
@@ -272,10 +271,10 @@ def to_sweep(suite: Suite, outcomes: Sequence[TestOutcome], session: Session, tr
         records.append(ScenarioResult(
             scenario_id=o.test.id, pack=suite.name, verdict="PASS" if o.passed else "FAIL",
             detail="; ".join(failed) or None, runs=1, runs_passed=int(o.passed), model=session.model,
-            sampler=session.sampler, layer_pass_rates={n: float(r.passed) for n, r in layers.items()}, gate=gate,
+            sampler=session.sampler, layer_pass_rates=layer_pass_rates([score]), gate=gate,
             run_ids=[session.key], scores=[score], name=o.test.name))
-    return SweepResult(sweep_id=f"check-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}",
-                       started_at=started_at, finished_at=_now(), wt_version=__version__, scenarios=records,
+    return SweepResult(sweep_id=f"check-{compact_stamp()}-{uuid.uuid4().hex[:6]}",
+                       started_at=started_at, finished_at=utc_now_iso(), wt_version=__version__, scenarios=records,
                        selection={"suite": str(suite.path), "trace": str(trace_path)})
 
 
@@ -307,7 +306,7 @@ def run_check(suite_path: Path, dump: Path | None = None, trace_id: str | None =
 
     Raises `SuiteError` or `CheckInputError` (both exit 2 on the command line).
     """
-    started = _now()
+    started = utc_now_iso()
     suite = load_suite(suite_path)
     path, fmt = resolve_trace(suite, dump)
     session, warnings = read_session(path, fmt, trace_id)

@@ -29,18 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from wt_otel._util.fsutil import atomic_write
-from wt_otel.contracts.results import LAYERS, LayerResult, RunScore, ScenarioResult, Verdict
+from wt_otel.contracts.assertions import Assertion, parse_assertions
+from wt_otel.contracts.results import LAYERS, SCORE_SUFFIX, LayerResult, RunScore, ScenarioResult, Verdict
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
-from wt_otel.scoring.assertions import Assertion, evaluate, parse_assertions
+from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import EvidenceView, from_trace
 from wt_otel.scoring.scorers import run_scorer
 
-SCORE_SUFFIX = ".score.json"
 OUTCOME_FN = "outcome"
 
-__all__ = ["SCORE_SUFFIX", "ScenarioChecks", "aggregate", "load_outcome", "score_path", "score_run",
-           "score_scenario", "write_score"]
+__all__ = ["SCORE_SUFFIX", "ScenarioChecks", "aggregate", "layer_pass_rates", "load_outcome", "score_path",
+           "score_run", "score_scenario", "write_score"]
 
 
 # ---------------------------------------------------------------- what a scenario declares
@@ -219,10 +219,19 @@ def aggregate(traces: Sequence[Trace], scores: Sequence[RunScore], variance_allo
     return "FAIL", detail
 
 
-def _rates(scores: Sequence[RunScore]) -> dict[str, float]:
+def layer_pass_rates(scores: Sequence[RunScore]) -> dict[str, float]:
+    """Per layer: the fraction of scored runs that passed it, in LAYERS order (then any other layer, sorted).
+
+    The one place a pass rate is computed: the runner, `wt-otel check` and the ledger all read it from here.
+    Layers no run scored are left out, so a rate always means something was checked.
+    """
     names = [n for n in LAYERS if any(n in s.layers for s in scores)]
-    return {n: round(sum(s.layers[n].passed for s in scores if n in s.layers)
-                     / sum(1 for s in scores if n in s.layers), 4) for n in names}
+    names += sorted({n for s in scores for n in s.layers} - set(names))
+    rates: dict[str, float] = {}
+    for name in names:
+        scored = [s.layers[name].passed for s in scores if name in s.layers]
+        rates[name] = round(sum(scored) / len(scored), 4)
+    return rates
 
 
 def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path | None, traces: Sequence[Trace],
@@ -244,6 +253,6 @@ def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path 
     verdict, detail = aggregate(traces, scores, scenario.variance_allowed if scenario else False)
     return ScenarioResult(
         scenario_id=scenario_id, label=traces[0].label if traces else None, verdict=verdict, detail=detail,
-        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=_rates(scores),
+        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=layer_pass_rates(scores),
         gate=scenario.gate() if scenario else ["outcome"], run_ids=[t.run_id for t in traces], scores=scores,
         duration_s=round(sum(t.timings.total_ms or 0 for t in traces) / 1000, 3))

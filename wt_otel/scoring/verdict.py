@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from wt_otel.contracts.results import Verdict
 from wt_otel.contracts.run import Integrity, McpCall, Trace, Turn
 from wt_otel.model.parts import canonical_json
 
@@ -90,14 +89,6 @@ def run_integrity(turns: Sequence[Turn], mcp_calls: Sequence[McpCall], error: st
         return Integrity(status="INVALID", detail=f"{BYPASS}: reported but never witnessed: "
                                                   f"{', '.join(check.unwitnessed)} ({seen})"), warnings
     return Integrity(status="PASS"), warnings
-
-
-@dataclass(frozen=True)
-class ScenarioVerdict:
-    """A scenario's verdict over its runs, with the detail a summary line prints."""
-
-    verdict: Verdict
-    detail: str | None = None
 
 
 def divergence_note(traces: Sequence[Trace]) -> str | None:

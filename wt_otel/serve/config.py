@@ -5,9 +5,12 @@ empty file, or none at all, is a working setup: receivers on loopback, data in
 `./wt-data`, sessions complete after 30 s idle, the incident flagger on with
 its attribute rules, the redactor off. Command-line flags override the file.
 
-The models live in the core because the CLI parses them; the processors read
-their own section (`config.assembler`, `config.flagger`, ...) and the
-receivers read `config.receivers`.
+The models live in the core because the CLI parses them; each stage of
+`pipeline.stages` reads its own section (`config.assembler`, `config.flagger`,
+...), validated again by the stage's own config model when the pipeline is
+planned (`stage_plan` below), so a stage may check more than
+the core knows (auto-replay checks `outcome_scorers` against `wt_otel.scorers`).
+The receivers read `config.receivers`.
 """
 
 from __future__ import annotations
@@ -15,19 +18,21 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from wt_otel.ingest.sessions import FLAG_KEYS
-from wt_otel.scorers import AUTO_REPLAY_SCORERS
+from wt_otel.components import PluginError, StageType, UnknownComponent, load_plugin, names
+from wt_otel.ingest.flags import FlaggerConfig, FlagRule, default_flag_rules
 from wt_otel.serve.receivers.config import ReceiversConfig
 
 __all__ = [
     "AssemblerConfig",
     "ConfigError",
+    "default_flag_rules",
     "FilterConfig",
     "FlagRule",
     "FlaggerConfig",
@@ -35,6 +40,7 @@ __all__ = [
     "ReceiversConfig",
     "RedactorConfig",
     "RedactionPattern",
+    "PipelineConfig",
     "ReplayConfig",
     "ReplayResultsConfig",
     "ReplayTarget",
@@ -66,70 +72,6 @@ class AssemblerConfig(_Strict):
     max_records_per_session: int = Field(20_000, gt=0, description="beyond it the session is flushed incomplete")
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
-
-
-class FlagRule(_Strict):
-    """One incident rule; the first matching rule (in file order) names the flag.
-
-    kind `attribute`: a span (or event/log) attribute whose key matches `key`
-    (fnmatch pattern, e.g. `gen_ai.feedback.*`) and whose value matches `match`:
-    `present` (set and truthy), `equals` (`value`), `regex` (`regex`, searched
-    in the value as text) or `negative` (user feedback: a number below 0, or a
-    word like negative / thumbs_down / bad). kind `status_error`: a span with
-    status ERROR. kind `event`: a span event or log record whose name matches
-    `name` (fnmatch). `ref_attribute` names the attribute (on any span) that
-    supplies the incident id written as `source.ref`.
-    """
-
-    name: str = Field(description="the flag's name, recorded with the session (`flag_reason`)")
-    kind: Literal["attribute", "status_error", "event"] = Field("attribute", description="what the rule looks at")
-    enabled: bool = True
-    keys: list[str] = Field([], description="attribute names or fnmatch patterns (kind attribute)")
-    match: Literal["present", "equals", "regex", "negative"] = Field("present", description="how a value matches")
-    value: Any = Field(None, description="the value for match: equals")
-    regex: str | None = Field(None, description="searched in the value as text, for match: regex")
-    event_name: str | None = Field(None, description="fnmatch pattern of a span event / log name (kind event)")
-    ref_attribute: str | None = Field(None, description="attribute (on any span) whose value is the incident id")
-    ref_from_value: bool = Field(False, description="use the matched attribute's value as source.ref")
-
-    @model_validator(mode="after")
-    def _complete(self) -> FlagRule:
-        if self.kind == "attribute" and not self.keys:
-            raise ValueError(f"flag rule {self.name!r}: an attribute rule needs `keys` (attribute names or patterns)")
-        if self.kind == "event" and not self.event_name:
-            raise ValueError(f"flag rule {self.name!r}: an event rule needs `event_name`")
-        if self.match == "regex" and not self.regex:
-            raise ValueError(f"flag rule {self.name!r}: match: regex needs `regex`")
-        if self.match == "equals" and self.value is None:
-            raise ValueError(f"flag rule {self.name!r}: match: equals needs `value`")
-        return self
-
-
-FEEDBACK_KEYS = ["user.feedback", "user.feedback.*", "feedback", "feedback.*", "gen_ai.feedback.*",
-                 "gen_ai.evaluation.score.label", "user_feedback", "user_feedback.*"]
-
-
-def default_flag_rules() -> list[FlagRule]:
-    """wt.incident / wt.flag (ref from the incident id), negative user feedback; span ERROR is off.
-
-    ERROR status is off by default: tool errors the agent recovered from and
-    retried rate limits are routine, and flagging each would flood the replay
-    queue. Turn it on with `enabled: true`.
-    """
-    return [
-        FlagRule(name="incident-attribute", keys=list(FLAG_KEYS), match="present", ref_from_value=True,
-                 ref_attribute="wt.incident.id"),
-        FlagRule(name="negative-feedback", keys=FEEDBACK_KEYS, match="negative"),
-        FlagRule(name="span-error", kind="status_error", enabled=False),
-    ]
-
-
-class FlaggerConfig(_Strict):
-    """Which sessions are incidents: the first matching rule, in order, flags the session."""
-
-    enabled: bool = True
-    rules: list[FlagRule] = Field(default_factory=default_flag_rules,
-                                  description="replaces the default rules entirely when given")
 
 
 class RedactionPattern(_Strict):
@@ -215,25 +157,30 @@ class ReplayConfig(_Strict):
     results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
     queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
     outcome_scorers: list[str] = Field(default_factory=lambda: ["no_divergence", "substantiated_by_tools"],
-                                       description="written into each imported scorer.py as all_of(...)")
+                                       description="written into each imported scorer.py as all_of(...); the "
+                                                   "auto-replay stage's config model checks the names")
     stop_timeout: float = Field(10.0, ge=0, description="seconds SIGTERM waits for the replay in flight")
 
-    @field_validator("outcome_scorers")
-    @classmethod
-    def _known_scorers(cls, names: list[str]) -> list[str]:
-        """Names become code in scorer.py: only the whitelisted factory names are accepted, never pasted text."""
-        unknown = [n for n in names if n not in AUTO_REPLAY_SCORERS]
-        if unknown:
-            raise ValueError(f"unknown outcome scorer(s) {unknown}: choose from {sorted(AUTO_REPLAY_SCORERS)} "
-                             "(wt_otel.scorers factories that take no arguments)")
-        if not names:
-            raise ValueError("name at least one outcome scorer (e.g. no_divergence), or the replay judges nothing")
-        return list(dict.fromkeys(names))
+
+DEFAULT_STAGES = ["genai-filter", "assembler", "flagger", "redactor", "datadir", "auto-replay"]
+
+
+class PipelineConfig(_Strict):
+    """The stage order, as data (the Collector's `service.pipelines`): names of `wt_otel.stages` entry points.
+
+    Records stages come first, then the one assembler, then session stages in the order given. A stage
+    that is not built in reads its config from `settings.<its section>`.
+    """
+
+    stages: list[str] = Field(default_factory=lambda: list(DEFAULT_STAGES), min_length=1)
+    settings: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                                description="config sections of third-party stages, by section")
 
 
 class ServeConfig(_Strict):
     """`wt-otel serve --config FILE`: every section optional, every key defaulted; flags override the file."""
 
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
     data_dir: Path = Field(Path("wt-data"), description="sessions, scenarios, replay queue and runs")
     filter: FilterConfig = Field(default_factory=FilterConfig)
@@ -315,9 +262,77 @@ def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None
             if not isinstance(node, dict):
                 raise ConfigError(f"{path}: `{p}` must be a mapping")
         node[leaf] = value
+    where = path or "command line"
     try:
-        return ServeConfig.model_validate(data)
+        config = ServeConfig.model_validate(data)
     except ValidationError as e:
-        where = path or "command line"
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"{where}: {problems}") from None
+        raise ConfigError(f"{where}: {_problems(e)}") from None
+    try:
+        stage_plan(config)
+    except StageConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return config
+
+
+def _problems(e: ValidationError, prefix: str = "") -> str:
+    return "; ".join(f"{prefix}{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors())
+
+
+# ---------------------------------------------------------------- the stage plan
+
+
+class StageConfigError(ValueError):
+    """`pipeline.stages` names a stage that is not installed, is out of order, or whose section is invalid."""
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    name: str
+    type: StageType
+    config: Any  # the section, validated by the stage's config model (the raw value when it has none)
+
+
+def _section(config: ServeConfig, stage: StageType) -> Any:
+    key = stage.config_key
+    if key in ServeConfig.model_fields:
+        return getattr(config, key)
+    return config.pipeline.settings.get(key, {})
+
+
+def _validated(stage: StageType, raw: Any) -> Any:
+    model: type[BaseModel] | None = stage.config_model
+    if model is None or isinstance(raw, model):
+        return raw
+    data = raw.model_dump() if isinstance(raw, BaseModel) else raw
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        prefix = f"{stage.config_key}." if stage.config_key in ServeConfig.model_fields else \
+            f"pipeline.settings.{stage.config_key}."
+        raise StageConfigError("; ".join(f"{prefix}{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+                                         for err in e.errors())) from None
+
+
+def stage_plan(config: ServeConfig) -> list[PlannedStage]:
+    """`pipeline.stages` resolved and checked: each stage loaded, in a valid order, its section validated.
+
+    Order rule: records stages, then exactly one assembler, then session stages.
+    """
+    plan: list[PlannedStage] = []
+    for name in config.pipeline.stages:
+        try:
+            stage: StageType = load_plugin("stages", name)
+        except (UnknownComponent, PluginError) as exc:
+            raise StageConfigError(f"pipeline.stages: {exc}") from None
+        plan.append(PlannedStage(name, stage, _validated(stage, _section(config, stage))))
+    kinds = [p.type.kind for p in plan]
+    if kinds.count("assembler") != 1:
+        raise StageConfigError(f"pipeline.stages: name exactly one assembler stage (got {kinds.count('assembler')}; "
+                               f"installed stages: {', '.join(names('stages'))})")
+    at = kinds.index("assembler")
+    wrong = [p.name for p in plan[:at] if p.type.kind != "records"] + \
+        [p.name for p in plan[at + 1:] if p.type.kind != "session"]
+    if wrong:
+        raise StageConfigError(f"pipeline.stages: {', '.join(wrong)} out of place: records stages go before the "
+                               "assembler, session stages after it")
+    return plan

@@ -28,7 +28,7 @@ from wt_otel.serve.metrics import Metrics
 log = logging.getLogger("wt_otel.serve.pipeline")
 
 
-class Admission(enum.Enum):
+class PipelineAdmission(enum.Enum):
     ACCEPTED = "accepted"
     FULL = "full"
     CLOSED = "closed"
@@ -63,18 +63,18 @@ class Pipeline:
     def queued(self) -> int:
         return self._queued
 
-    def offer(self, records: Sequence[Record]) -> Admission:
+    def offer(self, records: Sequence[Record]) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
         n = len(records)
         with self._lock:
             if self._closed:
-                return Admission.CLOSED
+                return PipelineAdmission.CLOSED
             if self._queued + n > self.max_queued_records and self._queued > 0:
-                return Admission.FULL
+                return PipelineAdmission.FULL
             self._queued += n
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self._queue.put(records)
-        return Admission.ACCEPTED
+        return PipelineAdmission.ACCEPTED
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval

@@ -23,36 +23,33 @@ Why these rules:
 - bounded: `max_pending` jobs not yet done; beyond that `admit` says FULL and
   the caller logs and counts it. Unbounded work queued by telemetry volume
   would let one noisy flag rule fill the disk and the agent's day.
-- each line is one write(2), flushed and fsynced, like the data-dir index; a
-  torn last line (a crash mid-write) is dropped at start with a note.
+- each line is one write(2), flushed and fsynced, like the data-dir index (one
+  journal, `wt_otel._util.journal`); a torn last line (a crash mid-write) is
+  dropped at start with a note.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import os
 import threading
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from wt_otel._util.clock import utc_now_iso
+from wt_otel._util.journal import Journal
+
 QUEUE_FILE = "replay-queue.ndjsonl"
 
-__all__ = ["QUEUE_FILE", "Admission", "Job", "ReplayQueue", "read_events"]
+__all__ = ["QUEUE_FILE", "QueueAdmission", "Job", "ReplayQueue", "read_events"]
 
 
-class Admission(enum.Enum):
+class QueueAdmission(enum.Enum):
     OK = "ok"
     DUPLICATE = "duplicate"
     FULL = "full"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -73,26 +70,14 @@ class Job:
 
 def read_events(path: Path) -> tuple[list[dict[str, Any]], list[str], bool]:
     """(events, problems, torn_tail): every parseable line; a bad line is a problem, never fatal."""
-    if not path.exists():
-        return [], [], False
-    lines = path.read_bytes().split(b"\n")
-    torn = bool(lines and lines[-1] != b"")
-    if not torn:
-        lines.pop()
-    events, problems = [], []
-    for n, raw in enumerate(lines, 1):
-        if torn and n == len(lines):
-            problems.append(f"{path.name}:{n}: torn last line (the writer was killed mid-write); dropped")
-            continue
-        try:
-            event = json.loads(raw)
-            if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-                raise ValueError("not a queue event (needs `event`)")
-        except ValueError as e:
-            problems.append(f"{path.name}:{n}: {e}")
-            continue
-        events.append(event)
-    return events, problems, torn
+    read = Journal(path).read(_event, keep_torn=False, what="not a queue event")
+    return read.records, read.problems, read.torn
+
+
+def _event(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+        raise ValueError("needs an object with `event`")
+    return obj
 
 
 class ReplayQueue:
@@ -108,13 +93,14 @@ class ReplayQueue:
         self.jobs: dict[str, Job] = {}
         self._by_ref: dict[str, Job] = {}
         self._cond = threading.Condition()
+        self._closed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         events, problems, torn = read_events(self.path)
         self.recovery += problems
+        self._journal = Journal(self.path)  # its descriptor is held for the queue's lifetime
         if torn:
-            self._truncate_torn_tail()
+            self._journal.repair()
         self._apply(events)
-        self._file = open(self.path, "ab")  # noqa: SIM115 - held for the queue's lifetime
 
     # ---------------------------------------------------------------- state from events
 
@@ -131,18 +117,10 @@ class ReplayQueue:
             elif kind == "done" and job is not None:
                 job.state, job.done_at, job.verdict, job.detail = "done", e.get("at"), e.get("verdict"), e.get("detail")
 
-    def _truncate_torn_tail(self) -> None:
-        data = self.path.read_bytes()
-        keep = data.rfind(b"\n") + 1
-        with open(self.path, "r+b") as f:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-
     def _append(self, event: dict[str, Any]) -> None:
-        self._file.write(json.dumps({"v": 1, **event}, ensure_ascii=False, default=str).encode() + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        if self._closed:
+            raise ValueError(f"{self.path}: the queue is closed")
+        self._journal.append({"v": 1, **event})
 
     # ---------------------------------------------------------------- the producer side
 
@@ -157,21 +135,21 @@ class ReplayQueue:
         with self._cond:
             return self._by_ref.get(ref)
 
-    def admit(self, ref: str) -> Admission:
+    def admit(self, ref: str) -> QueueAdmission:
         """May an incident with this ref be queued? Ask before importing it (an import is not free)."""
         with self._cond:
             if ref in self._by_ref:
-                return Admission.DUPLICATE
+                return QueueAdmission.DUPLICATE
             if sum(1 for j in self.jobs.values() if j.state != "done") >= self.max_pending:
-                return Admission.FULL
-            return Admission.OK
+                return QueueAdmission.FULL
+            return QueueAdmission.OK
 
     def enqueue(self, ref: str, scenario: str, **info: Any) -> Job:
         """Queue a replay of `scenario` (relative to the data dir); raises ValueError for a known ref."""
         with self._cond:
             if ref in self._by_ref:
                 raise ValueError(f"incident {ref!r} is already queued or replayed (job {self._by_ref[ref].id})")
-            job = Job(uuid.uuid4().hex[:12], ref, scenario, _now(), info=dict(info))
+            job = Job(uuid.uuid4().hex[:12], ref, scenario, utc_now_iso(), info=dict(info))
             self._append({"event": "enqueued", "job": job.id, "ref": ref, "scenario": scenario,
                           "at": job.enqueued_at, **info})
             self.jobs[job.id] = job
@@ -182,7 +160,7 @@ class ReplayQueue:
     def refuse(self, ref: str, reason: str) -> None:
         """Record that an incident was not queued; the ref is not remembered (a later revision may get in)."""
         with self._cond:
-            self._append({"event": "refused", "ref": ref, "at": _now(), "reason": reason})
+            self._append({"event": "refused", "ref": ref, "at": utc_now_iso(), "reason": reason})
 
     # ---------------------------------------------------------------- the worker side
 
@@ -200,7 +178,7 @@ class ReplayQueue:
                 job = self._next()
             if job is None:
                 return None
-            job.state, job.started_at = "running", _now()
+            job.state, job.started_at = "running", utc_now_iso()
             self._append({"event": "started", "job": job.id, "at": job.started_at})
             return job
 
@@ -210,9 +188,9 @@ class ReplayQueue:
     def finish(self, job: Job, verdict: str, detail: str | None = None, **info: Any) -> bool:
         """Record a job's result; False (and nothing written) when it is already done."""
         with self._cond:
-            if job.state == "done" or self._file.closed:
+            if job.state == "done" or self._closed:
                 return False
-            job.state, job.done_at, job.verdict, job.detail = "done", _now(), verdict, detail
+            job.state, job.done_at, job.verdict, job.detail = "done", utc_now_iso(), verdict, detail
             self._append({"event": "done", "job": job.id, "at": job.done_at, "verdict": verdict, "detail": detail,
                           **info})
             self._cond.notify_all()
@@ -225,5 +203,5 @@ class ReplayQueue:
 
     def close(self) -> None:
         with self._cond:
-            if not self._file.closed:
-                self._file.close()
+            self._closed = True
+            self._journal.close()

@@ -1,35 +1,190 @@
-"""`wt-otel serve`'s parts, wired from a `ServeConfig`: one object to start and stop.
+"""`wt-otel serve`'s parts, wired from a `ServeConfig`: `build_pipeline()`, and one object to start and stop.
 
-    receivers -> pipeline -> GenAI filter -> assembler -> flagger -> redactor -> data dir [-> auto-replay]
+    receivers -> queue -> genai-filter -> assembler -> flagger -> redactor -> datadir [-> auto-replay]
 
-The command line is a thin shell over this (parse flags, print, map failures to
-exit codes); the demo, the benchmark and the tests run the very same wiring
-in-process. Components are found by type name (`wt_otel.components`), so the
-core still imports no processor or exporter.
+The stage order is data (`pipeline.stages`, the default above), and every stage is built the
+same way: its `StageType` (a type name, a config model, a factory) is found by name in the
+`wt_otel.stages` entry-point group, its config section is validated with its model, and the
+factory builds it (back to front, as the Collector builds consumers). `build_pipeline()` is
+what serve and the in-app SDK processor (`processors/sdk.py`) both call; the core still
+imports no processor or exporter.
 
-Stop order matters and is the point of having it in one place: receivers stop
-taking data, the pipeline drains what was acknowledged and writes every open
-session (which may queue more incidents), the replay worker finishes or
-abandons its replay within a bounded wait, and only then is the data dir closed.
+The command line is a thin shell over `Server` (parse flags, print, map failures to exit
+codes); the demo, the benchmark and the tests run the very same wiring in-process.
+
+Stop order matters and is the point of having it in one place: receivers stop taking data,
+the queue drains what was acknowledged and the assembler writes every open session (which
+may queue more incidents), then the session stages close in reverse order: the replay worker
+finishes or abandons its replay within a bounded wait, and only then is the data dir closed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from wt_otel.components import load as load_component
+from wt_otel.components import (
+    CompletedSession,
+    PluginError,
+    StageContext,
+    check_plugin,
+)
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
-from wt_otel.serve.config import ServeConfig
+from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 
 log = logging.getLogger("wt_otel.serve.server")
 
-__all__ = ["ServeStartError", "Server"]
+__all__ = ["ServeStartError", "Server", "SessionPipeline", "StageConfigError", "build_pipeline", "stage_plan"]
+
+
+@dataclass
+class SessionPipeline:
+    """What `build_pipeline()` returns: the records head, the stages by name, and their shared context."""
+
+    head: Any  # RecordConsumer: what the queue feeds
+    stages: dict[str, Any]  # by name, in pipeline order (session stages turned off by config are absent)
+    context: StageContext
+    assembler: Any
+    session_stages: list[tuple[str, Any]] = field(default_factory=list)
+    queue: Pipeline | None = None
+    no_content_services: set[str] = field(default_factory=set)
+
+    @property
+    def store(self) -> Any:
+        return self.context.store
+
+    @property
+    def recovery(self) -> list[str]:
+        return self.context.recovery
+
+    def emit_session(self, session: Session, spans: list[SpanRecord]) -> None:
+        """The assembler's sink: each completed session through the session stages, in order.
+
+        One conversation can carry several incidents (flagged at different turns, each with its own id):
+        each id other than the session's first goes through the stages after the flagger as a session of
+        its own (key `<key>+<id>`), so every incident is its own scenario and none folds into another."""
+        done = CompletedSession(session, spans)
+        after_flagger = 0
+        for n, (name, stage) in enumerate(self.session_stages):
+            stage.on_session(done)
+            if name == "flagger":
+                after_flagger = n + 1
+        self._say_if_no_content(session)
+        if not after_flagger:
+            return
+        for ref in session.flag_refs:
+            if ref == session.flag_ref:
+                continue
+            other = dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
+                                        flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
+                                                    f"conversation of {session.flag_ref})")
+            extra = CompletedSession(other, spans)
+            for _, stage in self.session_stages[after_flagger:]:
+                stage.on_session(extra)
+
+    def _say_if_no_content(self, session: Session) -> None:
+        """Content capture off (the default of GenAI instrumentations): said once per service, with the
+        setting that turns it on, and counted per service."""
+        if session.content_captured or not session.llm_calls:
+            return
+        service = session.service_name or "(unknown service)"
+        self.context.metrics.inc("wt_otel_sessions_without_content_total", service=service)
+        if service not in self.no_content_services:
+            self.no_content_services.add(service)
+            self.context.warn(capture_hint(session))
+
+    def start_queue(self, *, max_queued_records: int, tick_interval: float) -> Pipeline:
+        self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
+                              tick_interval=tick_interval).start()
+        return self.queue
+
+    def start_stages(self) -> None:
+        """Start the session stages that run threads of their own (auto-replay's worker)."""
+        for _, stage in self.session_stages:
+            start = getattr(stage, "start", None)
+            if callable(start):
+                start()
+
+    def flush(self, now: float | None = None) -> int:
+        """Write every open session now (force_flush)."""
+        return self.assembler.flush(time.time() if now is None else now)
+
+    def close_stages(self) -> None:
+        """Close the session stages in reverse order (the replay worker before the data dir it reads)."""
+        for name, stage in reversed(self.session_stages):
+            try:
+                stage.close()
+            except Exception:  # one stage failing to close must not keep the others open
+                log.exception("stage %s: close failed", name)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Drain the queue (the assembler then writes every open session), then close the session stages."""
+        if self.queue is not None:
+            self.queue.stop(timeout)
+        else:
+            self.head.close()
+        self.close_stages()
+
+
+def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit: Callable[[str], None] = print,
+                   warn: Callable[[str], None] | None = None, quiet: bool = False,
+                   on_written: Sequence[Callable[[Any], None]] = ()) -> SessionPipeline:
+    """Every stage of `config.pipeline.stages`, built from its config section and wired back to front.
+
+    Raises `ServeStartError`: exit code 2 for settings that cannot work (an unknown stage, a bad
+    section, a stage factory's ValueError), 1 otherwise (a locked data dir, a port, a disk).
+    Stages built before a failure are closed again.
+    """
+    try:
+        plan = stage_plan(config)
+    except StageConfigError as exc:
+        raise ServeStartError(str(exc), exit_code=2) from exc
+    ctx = StageContext(serve_config=config, metrics=metrics or Metrics(), emit=emit, warn=warn or log.warning,
+                       quiet=quiet, on_written=list(on_written))
+    at = next(i for i, p in enumerate(plan) if p.type.kind == "assembler")
+    built = SessionPipeline(head=None, stages={}, context=ctx, assembler=None)
+    for planned in plan[at + 1:]:  # session stages first: the store they create is what the assembler asks
+        stage = _create(planned, ctx, None, built, "session stage")
+        if stage is not None:
+            built.session_stages.append((planned.name, stage))
+    assembler = head = _create(plan[at], ctx, built.emit_session, built, "records stage")
+    record_stages = []
+    for planned in reversed(plan[:at]):
+        head = _create(planned, ctx, head, built, "records stage")
+        record_stages.append((planned.name, head))
+    built.head, built.assembler = head, assembler
+    by_name = dict(reversed(record_stages))
+    by_name[plan[at].name] = assembler
+    by_name.update(built.session_stages)
+    built.stages = {p.name: by_name[p.name] for p in plan if p.name in by_name}
+    return built
+
+
+def _create(planned: PlannedStage, ctx: StageContext, next: Any, built: SessionPipeline, check_as: str) -> Any:
+    """One stage from its factory, checked against its interface; on failure the stages built so far close."""
+    label = planned.type.config_key
+    try:
+        stage = planned.type.create(planned.config, ctx, next)
+        if stage is None and check_as == "session stage":
+            return None  # its config turned it off
+        return check_plugin(stage, check_as, planned.name)
+    except (PluginError, ValueError) as exc:  # settings or a plug-in that cannot work (a runtime spec, ...): exit 2
+        built.close_stages()
+        raise ServeStartError(f"{label}: {exc}", exit_code=2) from exc
+    except (OSError, RuntimeError) as exc:
+        built.close_stages()
+        raise ServeStartError(f"{label}: {exc}") from exc
+    except BaseException:
+        built.close_stages()
+        raise
 
 
 class ServeStartError(RuntimeError):
@@ -50,12 +205,21 @@ class Server:
         self.quiet = quiet
         self.emit = emit
         self.warn = warn or log.warning
-        self.store: Any = None
-        self.replay: Any = None  # processors/auto_replay.AutoReplay when replay.enabled
+        self.stages: SessionPipeline | None = None
         self.pipeline: Pipeline | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
         self._no_content_services: set[str] = set()
+
+    @property
+    def store(self) -> Any:
+        """The data-dir store (exporters/datadir.DataDirStore), once started."""
+        return self.stages.store if self.stages else None
+
+    @property
+    def replay(self) -> Any:
+        """processors/auto_replay.AutoReplay when replay.enabled, once started; else None."""
+        return self.stages.stages.get("auto-replay") if self.stages else None
 
     @property
     def grpc_port(self) -> int | None:
@@ -71,88 +235,40 @@ class Server:
         if self.http_port is None:
             return None
         scheme = "https" if self.config.receivers.tls_cert else "http"
-        return f"{scheme}://{self.config.receivers.http_endpoint.rpartition(':')[0]}:{self.http_port}"
+        host = (self.config.receivers.http_endpoint or "").rpartition(":")[0]  # set: http_port is
+        return f"{scheme}://{host}:{self.http_port}"
 
     def start(self) -> Server:
         config = self.config
-        try:
-            self.store = load_component("exporters", "datadir")(config.data_dir, self.metrics)
-        except (OSError, RuntimeError) as exc:
-            raise ServeStartError(str(exc)) from exc
-        self.recovery += list(self.store.recovery)
-        if config.replay.enabled:
-            try:
-                self.replay = load_component("processors", "auto-replay").from_config(
-                    config, self.metrics, emit=self.emit, warn=self.warn)
-            except ValueError as exc:  # a runtime spec or OTLP endpoint that cannot work: a settings error
-                self.store.close()
-                raise ServeStartError(f"replay: {exc}", exit_code=2) from exc
-            except OSError as exc:
-                self.store.close()
-                raise ServeStartError(f"replay: {exc}") from exc
-            self.recovery += [f"replay queue: {note}" for note in self.replay.queue.recovery]
-        stages = [load_component("processors", "flagger")(config.flagger, self.metrics),
-                  load_component("processors", "redactor")(config.redactor)]
-
-        def write(session: Session, spans: Any) -> None:
-            for stage in stages:
-                stage.process(session, spans)
-            store(session)
-            for ref in session.flag_refs:  # another incident flagged in the same conversation: its own session
-                if ref != session.flag_ref:
-                    store(dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref,
-                                              flag_reason=f"{session.flag_reason} (a later incident, {ref}, "
-                                                          f"in the conversation of {session.flag_ref})",
-                                              flag_refs=[ref]))
-
-        def store(session: Session) -> None:
-            written = self.store.write(session)
-            if not session.content_captured and session.llm_calls:
-                service = session.service_name or "(unknown service)"
-                self.metrics.inc("wt_otel_sessions_without_content_total", service=service)
-                if service not in self._no_content_services:  # once per service, not once per session
-                    self._no_content_services.add(service)
-                    self.warn(capture_hint(session))
-            if not self.quiet:
-                state = "complete" if session.complete else "INCOMPLETE"
-                flag = f", flagged {session.flag_ref}" if session.flagged else ""
-                self.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag})")
-            if self.replay is not None:
-                self.replay.on_written(session, written)
-
-        assembler = load_component("processors", "assembler").from_config(write, config.assembler, self.metrics,
-                                                                            is_written=self.store.has_key)
-        consumer = load_component("processors", "genai-filter").from_config(assembler, config.filter, self.metrics)
+        self.stages = build_pipeline(config, self.metrics, emit=self.emit, warn=self.warn, quiet=self.quiet)
+        self.recovery += self.stages.recovery
         shortest = min(config.assembler.idle_timeout, config.assembler.grace or config.assembler.idle_timeout)
-        self.pipeline = Pipeline(consumer, self.metrics, max_queued_records=config.queue.max_queued_records,
-                                 tick_interval=min(0.5, max(0.02, shortest / 4))).start()
+        self.pipeline = self.stages.start_queue(max_queued_records=config.queue.max_queued_records,
+                                                tick_interval=min(0.5, max(0.02, shortest / 4)))
         from wt_otel.serve.receivers import start_receivers
 
         try:
             self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
         except (OSError, RuntimeError, ValueError) as exc:
             self.pipeline.stop()
-            if self.replay is not None:
-                self.replay.stop(0)
-            self.store.close()
+            replay = self.replay
+            if replay is not None:
+                replay.stop(0)
+            self.stages.close_stages()
             raise ServeStartError(f"cannot start the receivers: {exc}") from exc
         if self.replay is not None:
             ports = {p for p in (self.grpc_port, self.http_port) if p}
             if note := self.replay.drop_exporter_if_self(ports):
                 self.warn(note)
-            self.replay.start()
+        self.stages.start_stages()
         return self
 
     def stop(self, grace: float = 5) -> None:
-        """Receivers, then the pipeline (writes open sessions), then the replay worker, then the data dir."""
+        """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order."""
         if self.receivers is not None:
             self.receivers.stop(grace=grace)
-        if self.pipeline is not None:
-            self.pipeline.stop()
-        if self.replay is not None:
-            self.replay.stop()
-        if self.store is not None:
-            self.store.close()
+        if self.stages is not None:
+            self.stages.stop()
 
     def __enter__(self) -> Server:
         return self.start()

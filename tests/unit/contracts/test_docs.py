@@ -11,12 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from wt_otel.cli import main
+from wt_otel.contracts.formats import FORMATS
 from wt_otel.serve.metrics import HELP
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-KINDS = ("envelope", "universe", "cassette", "scenario", "trace", "serve-config")
+KINDS = (*FORMATS, "serve-config")
 
 
 def test_the_readme_points_at_docs_not_at_files_a_clone_lacks() -> None:

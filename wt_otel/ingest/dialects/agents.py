@@ -48,19 +48,19 @@ def extract(span: SpanRecord) -> list[Observation]:
 
 def _generation(span: SpanRecord, data: dict[str, Any]) -> Observation:
     call = base_call(span, NAME)
-    inputs = data.get("input") if isinstance(data.get("input"), list) else []
-    outputs = data.get("output") if isinstance(data.get("output"), list) else []
+    inputs = data["input"] if isinstance(data.get("input"), list) else []
+    outputs = data["output"] if isinstance(data.get("output"), list) else []
     call.system_instructions = [{"type": "text", "content": text_of(m.get("content")) or ""}
                                 for m in inputs if isinstance(m, dict) and m.get("role") == "system"]
     call.input_messages = from_openai_chat([m for m in inputs if isinstance(m, dict) and m.get("role") != "system"])
     call.output_messages = from_openai_chat([{**m, "role": m.get("role") or "assistant"}
                                              for m in outputs if isinstance(m, dict)])
     call.model = str(data.get("model")) if data.get("model") else call.model
-    config = data.get("model_config") if isinstance(data.get("model_config"), dict) else {}
+    config = data["model_config"] if isinstance(data.get("model_config"), dict) else {}
     for k in ("temperature", "top_p", "max_tokens", "seed"):
         if config.get(k) is not None:
             call.sampler[k] = config[k]
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = data["usage"] if isinstance(data.get("usage"), dict) else {}
     for ours, theirs in (("input_tokens", ("input_tokens", "prompt_tokens")),
                          ("output_tokens", ("output_tokens", "completion_tokens"))):
         v = next((usage[k] for k in theirs if isinstance(usage.get(k), int)), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wt_otel.ingest.keys import CONVERSATION_KEYS
 from wt_otel.model.session import LLMCall
 from wt_otel.model.spans import STATUS_ERROR, SpanRecord
 
@@ -27,19 +28,6 @@ _USAGE_KEYS = {
                       "llm.token_count.completion", "llm.usage.completion_tokens"),
     "total_tokens": ("llm.usage.total_tokens", "llm.token_count.total", "gen_ai.usage.total_tokens"),
 }
-CONVERSATION_KEYS = (
-    "gen_ai.conversation.id",
-    "session.id",
-    "gen_ai.session.id",
-    "traceloop.association.properties.session_id",
-    "traceloop.association.properties.conversation_id",
-    "traceloop.association.properties.thread_id",
-    "traceloop.association.properties.chat_id",
-    "openai_agents.group_id",
-    "generic.group_id",
-    "thread.id",
-    "langfuse.session.id",
-)
 
 
 def first(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -135,7 +123,7 @@ def tool_definition(d: Any) -> dict[str, Any] | None:
     """A tool definition in any of the common shapes -> {name, description, input_schema}."""
     if not isinstance(d, dict):
         return None
-    fn = d.get("function") if isinstance(d.get("function"), dict) else d
+    fn = d["function"] if isinstance(d.get("function"), dict) else d
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         return None

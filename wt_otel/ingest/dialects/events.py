@@ -46,7 +46,7 @@ def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLM
         data = ev.body if isinstance(ev.body, dict) else dict(ev.attributes)
         name = event_name(ev)
         if name == CHOICE:
-            msg = data.get("message") if isinstance(data.get("message"), dict) else data
+            msg = data["message"] if isinstance(data.get("message"), dict) else data
             captured |= _has_content(msg)
             outputs.append({"role": msg.get("role") or "assistant", "content": msg.get("content"),
                             "tool_calls": msg.get("tool_calls")})

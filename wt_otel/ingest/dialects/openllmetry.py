@@ -56,7 +56,7 @@ def _tool(span: SpanRecord) -> Observation:
     raw = a.get("traceloop.entity.input")
     args, ok = decode_json(raw)
     if ok and isinstance(args, dict) and set(args) <= {"args", "kwargs"}:
-        kwargs = args.get("kwargs") if isinstance(args.get("kwargs"), dict) else {}
+        kwargs = args["kwargs"] if isinstance(args.get("kwargs"), dict) else {}
         positional = args.get("args") or []
         args = {**({"args": positional} if positional else {}), **kwargs}
         raw = json.dumps(args)

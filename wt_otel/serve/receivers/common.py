@@ -48,7 +48,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.model.spans import LogRecord, Record, SpanRecord
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Admission, Pipeline
+from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
 
 # Told to clients in Retry-After / RetryInfo when the queue is full or we are shutting down.
 RETRY_AFTER_SECONDS = 1
@@ -244,10 +244,10 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
     admission = pipeline.offer(decoded.records)
     n = len(decoded.records)
-    if admission is Admission.ACCEPTED:
+    if admission is PipelineAdmission.ACCEPTED:
         metrics.inc("wt_otel_records_accepted_total", n)
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
-    if admission is Admission.FULL:
+    if admission is PipelineAdmission.FULL:
         metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
         return ExportResult(Outcome.FULL, f"the pipeline queue is full ({n} records refused); "
                                           f"retry after {RETRY_AFTER_SECONDS}s")
@@ -283,7 +283,7 @@ def drop_metrics(body: bytes | Message, encoding: Encoding, metrics: Metrics) ->
             request = body if isinstance(body, Message) else ExportMetricsServiceRequest.FromString(body)
         except DecodeError as e:
             return ExportResult(Outcome.MALFORMED, f"body is not a valid ExportMetricsServiceRequest protobuf ({e})")
-        for rm in request.resource_metrics:  # type: ignore[attr-defined]
+        for rm in request.resource_metrics:
             for sm in rm.scope_metrics:
                 for metric in sm.metrics:
                     kind = metric.WhichOneof("data")

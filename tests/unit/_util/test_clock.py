@@ -1,0 +1,44 @@
+"""The one clock: every timestamp wt-otel writes is UTC ISO-8601 with `Z`."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta, timezone
+
+from wt_otel._util.clock import compact_stamp, elapsed_ms, iso, iso_from_ns, parse_iso, utc_now_iso
+
+ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def test_now_is_utc_with_z_and_milliseconds() -> None:
+    stamp = utc_now_iso()
+    assert ISO_Z.match(stamp), stamp
+    assert "+00:00" not in stamp
+    assert ISO_Z.match(iso(datetime(2026, 1, 2, 3, 4, 5, 678_900, tzinfo=UTC))) and \
+        iso(datetime(2026, 1, 2, 3, 4, 5, 678_900, tzinfo=UTC)) == "2026-01-02T03:04:05.678Z"
+
+
+def test_other_offsets_and_naive_times_are_converted_to_utc() -> None:
+    plus2 = datetime(2026, 1, 2, 5, 0, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert iso(plus2, "seconds") == "2026-01-02T03:00:00Z"
+    assert iso(datetime(2026, 1, 2, 3, 0, 0), "seconds") == "2026-01-02T03:00:00Z"
+
+
+def test_otlp_nanoseconds_and_unset() -> None:
+    assert iso_from_ns(1_767_323_045_678_000_000) == "2026-01-02T03:04:05.678Z"
+    assert iso_from_ns(0) is None and iso_from_ns(None) is None
+
+
+def test_parse_round_trips_and_rejects_garbage() -> None:
+    stamp = "2026-01-02T03:04:05.678Z"
+    parsed = parse_iso(stamp)
+    assert parsed is not None and parsed.tzinfo is not None and iso(parsed) == stamp
+    assert parse_iso("2026-01-02T03:04:05+00:00") == parse_iso("2026-01-02T03:04:05Z")
+    assert parse_iso("2026-01-02T03:04:05") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)  # naive: UTC
+    assert parse_iso("yesterday") is None
+
+
+def test_compact_stamp_and_elapsed() -> None:
+    assert re.fullmatch(r"\d{8}T\d{6}Z", compact_stamp())
+    assert elapsed_ms(time.perf_counter()) >= 0

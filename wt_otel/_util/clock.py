@@ -1,0 +1,64 @@
+"""One clock: every timestamp wt-otel writes is UTC ISO-8601 ending in `Z`, milliseconds by default.
+
+Why one module: the files we write (index, queue, ledger, results, envelopes)
+are compared and sorted as strings by people and tools; one writer putting
+`+00:00` where the others put `Z` sorts and greps differently. Durations use
+the monotonic clock (`perf_counter`), never wall time, so a clock step cannot
+make one negative.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+__all__ = ["compact_stamp", "elapsed_ms", "epoch_ms", "iso", "iso_from_ns", "parse_iso", "utc_now",
+           "utc_now_iso"]
+
+
+def utc_now() -> datetime:
+    """Now, as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime, timespec: str = "milliseconds") -> str:
+    """`2026-01-02T03:04:05.678Z`; a naive datetime is taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def utc_now_iso(timespec: str = "milliseconds") -> str:
+    """Now, as `iso()` writes it."""
+    return iso(utc_now(), timespec)
+
+
+def iso_from_ns(ns: int | None) -> str | None:
+    """An OTLP nanosecond timestamp as `iso()`; None for 0/None (OTLP's "unset")."""
+    if not ns:
+        return None
+    return iso(datetime.fromtimestamp(ns / 1e9, tz=UTC))
+
+
+def parse_iso(text: str) -> datetime | None:
+    """An ISO-8601 timestamp (`Z` or an offset; naive taken as UTC) as an aware datetime; None if malformed."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def compact_stamp() -> str:
+    """`20260102T030405Z`: now, sortable and safe in file names and ids."""
+    return utc_now().strftime("%Y%m%dT%H%M%SZ")
+
+
+def epoch_ms() -> int:
+    """Wall-clock milliseconds since the epoch (for wire fields that want a number)."""
+    return time.time_ns() // 1_000_000
+
+
+def elapsed_ms(since: float) -> float:
+    """Milliseconds since `since` (a `time.perf_counter()` value), rounded to 0.1 ms."""
+    return round((time.perf_counter() - since) * 1000, 1)

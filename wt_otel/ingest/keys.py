@@ -1,0 +1,73 @@
+"""What marks telemetry as GenAI: attribute keys, span names, event names. Standard library only.
+
+One table for every place that decides "is this GenAI?" or "which attribute holds what": the
+serve filter (`processors/genai_filter.py`), the rotel hooks (`processors/rotel.py`, which run in
+rotel's embedded Debian python3.11 without the venv's packages, so nothing here may import
+anything beyond the standard library), the dialects and the session builder. Before this
+module the filter and rotel each had a copy, and the copies drifted.
+
+The tests only look at keys and names, never at values: a few string prefix checks per record.
+"""
+
+from __future__ import annotations
+
+# Attribute key prefixes of the producers wt-otel reads: GenAI semconv, OpenLLMetry (llm., traceloop.),
+# OpenInference (llm., openinference., tool.), pydantic-ai, the OpenAI Agents SDK and generic JSONL imports.
+GENAI_KEY_PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.",
+                      "generic.")
+
+# Incident markers a producer sets on a span (`wt.incident.id` also names the incident).
+FLAG_KEYS = ("wt.incident", "wt.incident.id", "wt.flag", "incident.id")
+
+# Whole keys that carry GenAI content without a GenAI prefix (Logfire's `events`, OpenInference's
+# input/output values), plus the incident markers.
+GENAI_KEYS = frozenset({"events", "all_messages_events", "input.value", "output.value", *FLAG_KEYS})
+
+# Span names of GenAI operations (`chat gpt-4o`, `execute_tool lookup`, `invoke_agent triage`).
+GENAI_SPAN_NAME_PREFIXES = ("chat", "execute_tool", "invoke_agent")
+
+# Span event and log event names of GenAI events (`gen_ai.user.message`, `gen_ai.choice`, ...).
+GENAI_EVENT_PREFIX = "gen_ai."
+
+# Attributes that tie separate traces into one conversation (plain chat instrumentations make every
+# LLM call its own trace).
+CONVERSATION_KEYS = (
+    "gen_ai.conversation.id",
+    "session.id",
+    "gen_ai.session.id",
+    "traceloop.association.properties.session_id",
+    "traceloop.association.properties.conversation_id",
+    "traceloop.association.properties.thread_id",
+    "traceloop.association.properties.chat_id",
+    "openai_agents.group_id",
+    "generic.group_id",
+    "thread.id",
+    "langfuse.session.id",
+)
+
+
+def is_genai_key(key: str) -> bool:
+    """Whether an attribute key on its own marks GenAI telemetry."""
+    return key.startswith(GENAI_KEY_PREFIXES) or key in GENAI_KEYS
+
+
+def is_genai_span_name(name: str) -> bool:
+    return name.startswith(GENAI_SPAN_NAME_PREFIXES)
+
+
+def is_genai_event_name(name: str) -> bool:
+    """For span event names, log `event_name` and the `event.name` attribute alike."""
+    return name.startswith(GENAI_EVENT_PREFIX)
+
+
+__all__ = [
+    "CONVERSATION_KEYS",
+    "FLAG_KEYS",
+    "GENAI_EVENT_PREFIX",
+    "GENAI_KEYS",
+    "GENAI_KEY_PREFIXES",
+    "GENAI_SPAN_NAME_PREFIXES",
+    "is_genai_event_name",
+    "is_genai_key",
+    "is_genai_span_name",
+]
