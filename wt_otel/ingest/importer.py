@@ -8,6 +8,7 @@ failure leaves whole scenarios or none.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -82,6 +83,16 @@ def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
     yield session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
 
 
+def later_incidents(session: Session) -> Iterator[Session]:
+    """One conversation flagged several times (each trace with its own incident id): every id after the first
+    is a session of its own (key `<key>+<id>`), so each incident becomes its own scenario."""
+    for ref in session.flag_refs:
+        if ref != session.flag_ref:
+            yield dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
+                                      flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
+                                                  f"conversation of {session.flag_ref})")
+
+
 def import_dumps(
     paths: list[Path],
     writer: SessionWriter,
@@ -126,6 +137,7 @@ def import_dumps(
                 session = build_session(group, flag_rules=flag_rules)
                 if session is not None:
                     yield session
+                    yield from later_incidents(session)
 
         for session in sessions():
             report.sessions += 1

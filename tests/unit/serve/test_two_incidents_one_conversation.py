@@ -70,3 +70,19 @@ def test_a_second_incident_on_a_written_conversation_is_its_own_session(tmp_path
     assert refs == ["INC-ME-1", "INC-ME-2"], latest
     assert len({e["slug"] for e in latest.values()}) == 2
     assert any("flagged INC-ME-2" in line for line in lines), lines
+
+
+def test_import_of_a_conversation_flagged_twice_writes_two_scenarios(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from wt_otel.cli import main
+
+    for n, (user, answer, ref) in enumerate((("Where is A-1?", "It shipped.", "INC-ME-1"),
+                                             ("And A-2?", "It is lost.", "INC-ME-2"))):
+        (tmp_path / f"turn-{n}.pb").write_bytes(turn("conv-me", user, answer, ref))
+    res = CliRunner().invoke(main, ["import", str(tmp_path / "turn-0.pb"), str(tmp_path / "turn-1.pb"),
+                                    "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    refs = sorted(json.loads((d / "incident.wtin.json").read_text())["source"]["ref"]
+                  for d in (tmp_path / "out").iterdir())
+    assert refs == ["INC-ME-1", "INC-ME-2"]
