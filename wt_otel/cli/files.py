@@ -145,14 +145,16 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal).
     Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
     """
-    from wt_otel.ingest.flags import FlagRules
-    from wt_otel.serve.config import ConfigError, load_serve_config
+    flag_rules = None
+    if config_path:  # serve's config (and the receivers it names) loads only when asked for
+        from wt_otel.ingest.flags import FlagRules
+        from wt_otel.serve.config import ConfigError, load_serve_config
 
-    try:
-        flag_rules = FlagRules(load_serve_config(config_path).flagger) if config_path else None
-    except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
+        try:
+            flag_rules = FlagRules(load_serve_config(config_path).flagger)
+        except ConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
     writer = load_plugin("sinks", "scenario-dir")(out, force=force)
     console = Console(stderr=True)
     try:
