@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-ui ui-env lint fixtures bench clean
+.PHONY: install demo test test-fuzz test-ui ui-env lint fixtures bench clean
 
 # The tracing UI of `make test-ui` lives in its own venv: Phoenix is heavy and pins many packages.
 UI_VENV         ?= .venv-ui
@@ -30,6 +30,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+## test-fuzz: the long hypothesis profile of the fuzzing suite (tests/fuzz, marker `fuzz`); the default run
+## above uses the fast profile. WT_OTEL_FUZZ_EXAMPLES sets examples per property (default 1500).
+test-fuzz: $(STAMP)
+	$(BIN)/pytest -q -m fuzz tests/fuzz
 
 ## ui-env: Arize Phoenix in $(UI_VENV) (once; the stamp names the version); Chromium comes from apt (.ci/run)
 $(UI_STAMP):

@@ -29,24 +29,48 @@ torn line, which `read_index` reports and start-up truncates (the shared
 journal's rules, `wt_otel._util.journal`); a directory
 whose line was torn or never appended is re-indexed from its envelope's
 provenance. Nothing else is needed to resume.
+
+Durability order (power loss, not just kill -9): every file of a revision
+and the temp directory are fsynced before the rename, the sessions/ directory
+after it, and only then is the index line written and fsynced, so the index
+never names a directory that is not on disk.
+
+Writes that fail (issue 13):
+- the disk refuses them (ENOSPC, EDQUOT, EROFS, EIO): the session is kept in
+  memory, deferred, and `on_health(reason)` tells serve to stop acknowledging
+  exports (503 / UNAVAILABLE, `/healthz` degraded); `retry_deferred()` (every
+  pipeline tick) writes them once space returns and reports health again;
+- anything else (a session no writer can render): the session is quarantined
+  with its records and the reason under `quarantine/<slug>-<n>/`, logged and
+  counted (`wt_otel_sessions_quarantined_total`); nothing else is affected.
+Start-up never fails on foreign or damaged entries: an index line with a bad
+`revision`/`slug`, or a stray directory whose envelope is not ours, is reported
+(`recovery`) and set aside.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import errno
 import fcntl
 import json
 import logging
 import os
 import shutil
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
-from wt_otel._util.fsutil import unique_slug, write_directory
+from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
 from wt_otel._util.journal import Journal
 from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.exporters.scenario_dir import render
@@ -58,6 +82,9 @@ log = logging.getLogger("wt_otel.datadir")
 INDEX = "sessions.ndjsonl"
 SESSIONS = "sessions"
 ENVELOPE = "incident.wtin.json"
+QUARANTINE = "quarantine"
+# errno values that mean "the disk cannot take it now", not "this session is broken"
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 class DataDirLocked(RuntimeError):
@@ -87,6 +114,11 @@ def read_index(data_dir: Path) -> IndexRead:
 def _index_entry(obj: Any) -> dict[str, Any]:
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or "slug" not in obj:
         raise ValueError("needs key and slug")
+    slug, revision = obj["slug"], obj.get("revision", 1)
+    if not isinstance(slug, str) or not slug or slug != safe_slug(slug, ""):
+        raise ValueError(f"slug {slug!r} is not a safe directory name; line set aside")
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+        raise ValueError(f"revision {revision!r} is not a positive integer; line set aside")
     return obj
 
 
@@ -116,6 +148,10 @@ class DataDirStore:
             self._lockfile.close()
             raise DataDirLocked(f"{self.root} is in use by another wt-otel process (lock {self.root}/.lock)") from None
         self.recovery: list[str] = []  # what start-up repaired, for the log
+        self.on_health: Callable[[str | None], None] | None = None  # serve: stop/resume acknowledging
+        self.write_dir = write_directory  # the seam fault-injection tests replace (ENOSPC, EIO)
+        self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
+        self.degraded: str | None = None
         self._clean_temp_dirs()
         index = read_index(self.root)
         self.recovery.extend(index.problems)
@@ -128,7 +164,7 @@ class DataDirStore:
         self._revisions: dict[str, int] = {}
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
-            self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), int(e.get("revision") or 1))
+            self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
         self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
         self._reindex_orphans()
 
@@ -153,9 +189,15 @@ class DataDirStore:
                 continue
             try:
                 env = json.loads((d / ENVELOPE).read_text(encoding="utf-8"))
-                prov = env.get("provenance") or {}
-                key = str(prov["session_key"])
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                if not isinstance(env, dict) or not isinstance(env.get("provenance"), dict):
+                    raise ValueError("its envelope is not a JSON object with provenance")
+                prov = env["provenance"]
+                key = prov["session_key"]
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"session_key {key!r} is not a string")
+                if not isinstance(env.get("source") or {}, dict) or not isinstance(env.get("session") or {}, dict):
+                    raise ValueError("source/session are not objects")
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
                 self.recovery.append(f"{SESSIONS}/{d.name}: not a wt-otel session directory ({e}); left alone")
                 continue
             if key in self._slugs:  # an older slug of a known key cannot happen; be safe
@@ -181,17 +223,62 @@ class DataDirStore:
             self._slugs[session.key] = slug
         return slug
 
-    def write(self, session: Session, spans: object = None) -> Written:
-        """Write (or rewrite, as the next revision) one session's directory, then its index line."""
+    def write(self, session: Session, spans: object = None) -> Written | None:
+        """Write (or rewrite, as the next revision) one session's directory, then its index line.
+
+        None when the session was deferred (the disk refused it; kept in memory and retried) or
+        quarantined (it cannot be rendered); both are logged and counted."""
         with self._lock:
+            if self._deferred:  # keep the order: nothing overtakes a deferred session
+                self._defer(session, spans, self.degraded or "earlier writes are pending")
+                self._retry_locked()
+                return None
+            return self._write_or_defer(session, spans)
+
+    def retry_deferred(self) -> int:
+        """Write what a full disk deferred; returns how many are still waiting. Safe to call often."""
+        with self._lock:
+            return self._retry_locked()
+
+    @property
+    def deferred(self) -> int:
+        return len(self._deferred)
+
+    def _retry_locked(self) -> int:
+        while self._deferred:
+            key, (session, spans) = next(iter(self._deferred.items()))
+            del self._deferred[key]
+            if self._write_or_defer(session, spans, first=True) is None and key in self._deferred:
+                self._deferred.move_to_end(key, last=False)
+                return len(self._deferred)
+        self.metrics.set("wt_otel_sessions_deferred", 0)
+        if self.degraded is not None:
+            log.warning("data dir %s is writable again; deferred sessions written", self.root)
+            self.degraded = None
+            if self.on_health:
+                self.on_health(None)
+        return 0
+
+    def _write_or_defer(self, session: Session, spans: object, first: bool = False) -> Written | None:
+        try:
             slug = self.slug_for(session)
             revision = self._revisions.get(session.key, 0) + 1
             files = render(session, slug)
-            dest = self.sessions / slug
-            write_directory(dest, files, force=True)
+        except Exception as e:  # noqa: BLE001 - any bug in rendering must cost this session only
+            self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
+            return None
+        dest = self.sessions / slug
+        try:
+            self.write_dir(dest, files, force=True, durable=True)
             entry = self._entry(session, slug, revision, sorted(files))
             self._append(entry)
-            self._revisions[session.key] = revision
+        except OSError as e:
+            if e.errno in DISK_ERRORS:
+                self._defer(session, spans, f"{os.strerror(e.errno)} writing {dest}", first=first)
+            else:
+                self._quarantine(session, spans, f"cannot write {dest}: {e}")
+            return None
+        self._revisions[session.key] = revision
         self.metrics.inc("wt_otel_sessions_written_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -226,6 +313,47 @@ class DataDirStore:
             self._append(entry)
             self._revisions[key] = revision
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
+    def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
+        """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""
+        self._deferred.pop(session.key, None)
+        self._deferred[session.key] = (session, spans)
+        if first:
+            self._deferred.move_to_end(session.key, last=False)
+        self.metrics.set("wt_otel_sessions_deferred", len(self._deferred))
+        if self.degraded is None:
+            log.error("data dir %s cannot be written (%s): session %s kept in memory, exports refused until "
+                      "space returns", self.root, reason, session.key)
+            self.degraded = reason
+            if self.on_health:
+                self.on_health(reason)
+
+    def quarantine(self, session: Session, spans: object, reason: str) -> Path | None:
+        """Set a session aside that a stage before the store could not process (see `_quarantine`)."""
+        with self._lock:
+            return self._quarantine(session, spans, reason)
+
+    def _quarantine(self, session: Session, spans: object, reason: str) -> Path | None:
+        """Set a session that cannot be written aside, with its records and the reason; never raises."""
+        try:
+            base = safe_slug(session.flag_ref or session.conversation_id or session.key)
+            dest = self.root / QUARANTINE / f"{base}-{time.time_ns()}"
+            records: list[Any] = list(spans) if isinstance(spans, list | tuple) else []
+            files: dict[str, str | bytes] = {
+                "reason.txt": f"session {session.key} (trace ids {', '.join(session.trace_ids)}) was not "
+                              f"written:\n{reason}\n".encode("utf-8", "backslashreplace"),
+                "records.ndjson": b"".join(safejson.dumps(_plain(r), indent=False) + b"\n" for r in records),
+            }
+            write_directory(dest, files, durable=True)
+        except Exception as e:  # noqa: BLE001 - quarantine is the last resort: it must not raise
+            if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+                self._defer(session, spans, f"{os.strerror(e.errno)} writing the quarantine")
+                return None
+            log.exception("session %s: not written (%s) and cannot be quarantined", session.key, reason)
+            self.metrics.inc("wt_otel_sessions_lost_total")
+            return None
+        log.error("session %s quarantined in %s: %s", session.key, dest, reason)
+        self.metrics.inc("wt_otel_sessions_quarantined_total")
+        return dest
 
     def _entry(self, session: Session, slug: str, revision: int, files: list[str]) -> dict[str, Any]:
         return {
@@ -261,11 +389,24 @@ class DataDirStore:
         }
 
     def _append(self, entry: dict[str, Any]) -> None:
-        """One line, written with one write(2) call and fsynced before the write counts (the journal's rule)."""
-        self._index.append(entry)
+        """One line, written with one write(2) call and fsynced before the write counts (the journal's rule).
+
+        A failed write (full disk) is cut back off, so the next line does not follow a torn one."""
+        path = self.root / INDEX
+        size = path.stat().st_size if path.exists() else 0
+        try:
+            self._index.append(safejson.sanitize(entry))  # a lone surrogate in a conversation id, say
+        except OSError:
+            with contextlib.suppress(OSError), open(path, "r+b") as f:
+                f.truncate(size)
+            raise
 
     def close(self) -> None:
         with self._lock:
+            if self._deferred:  # the disk never came back: say exactly what is lost, loudly
+                log.error("data dir %s still cannot be written (%s): %d acknowledged session(s) NOT written: %s",
+                          self.root, self.degraded, len(self._deferred), ", ".join(self._deferred))
+                self.metrics.inc("wt_otel_sessions_lost_total", len(self._deferred))
             self._index.close()
             if not self._lockfile.closed:
                 self._lockfile.close()
@@ -282,6 +423,15 @@ def _rewrite(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+def _plain(record: Any) -> Any:
+    """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
+    deep-copies every value recursively and overflows the stack on hostile nesting."""
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: _plain(getattr(record, f.name)) if f.name in ("events", "links") else getattr(record, f.name)
+                for f in dataclasses.fields(record)}
+    if isinstance(record, list):
+        return [_plain(x) for x in record]
+    return record
 
 
 class DataDirStage:
@@ -293,7 +443,10 @@ class DataDirStage:
 
     def on_session(self, done: CompletedSession) -> None:
         session = done.session
-        written = done.written = self.store.write(session)
+        written = done.written = self.store.write(session, done.spans)
+        if written is None:  # deferred (the disk refused it) or quarantined: logged; later stages skip it
+            done.halted = True
+            return
         if not self.ctx.quiet:
             state = "complete" if session.complete else "INCOMPLETE"
             flag = f", flagged {session.flag_ref}" if session.flagged else ""

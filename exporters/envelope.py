@@ -59,6 +59,7 @@ def envelope(session: Session) -> dict[str, Any]:
         "omitted_parts": session.omitted_parts,
         "provenance": provenance(session),
         "warnings": session.warnings,
+        "diagnostics": session.diagnostics,
     }
     if session.flagged:
         env["source"]["flag"] = session.flag_reason

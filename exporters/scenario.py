@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from wt_otel import __version__
+from wt_otel._util import safejson
 from wt_otel.exporters.envelope import source_ref
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
@@ -34,7 +35,12 @@ def observed_tools(session: Session) -> list[str]:
 
 def _yaml(data: dict[str, Any]) -> str:
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: ~20x faster
-    return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+    try:
+        return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+    except (UnicodeEncodeError, RecursionError, yaml.YAMLError):
+        # trace text the emitter refuses (lone surrogates, deep nesting): the same values, kept as text
+        clean = safejson.sanitize(data)
+        return yaml.dump(clean, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
 
 
 def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True, auto_replay: bool = False) -> str:

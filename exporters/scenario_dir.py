@@ -15,8 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from wt_otel._util import safejson
 from wt_otel._util.fsutil import write_directory
 from wt_otel.exporters.cassette import cassette
 from wt_otel.exporters.envelope import envelope
@@ -25,9 +24,12 @@ from wt_otel.exporters.universe import universe
 from wt_otel.model.session import Session
 
 
-def _json(data: Any) -> bytes:
-    """Indented for review in a pull request; orjson because stdlib json is slow with indent."""
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE, default=str)
+def _json(data: Any, where: str = "", notes: list[str] | None = None) -> bytes:
+    """Indented for review in a pull request; orjson because stdlib json is slow with indent.
+
+    Values orjson refuses (ints beyond 64 bits, lone surrogates, deep nesting) are kept as text and
+    noted in `notes` (`wt_otel._util.safejson`): one odd value must not cost the whole session."""
+    return safejson.dumps(data, where=where, notes=notes)
 
 
 def render(session: Session, scenario_id: str, unreviewed: bool = True,
@@ -42,14 +44,26 @@ def render(session: Session, scenario_id: str, unreviewed: bool = True,
     suite validates what every writer produces for every producer fixture.
     """
     env, uni, cas = envelope(session), universe(session), cassette(session, scenario_id)
+    notes: list[str] = []
+    files = {name: _json(data, name, notes) for name, data in
+             ((FIXTURES["envelope"], env), (FIXTURES["universe"], uni), (FIXTURES["cassette"], cas))}
+    if notes:  # the envelope and IMPORTED.md carry the session's warnings: say what was kept as text
+        session.warnings.extend(n for n in dict.fromkeys(notes) if n not in session.warnings)
+        env = envelope(session)
+        files[FIXTURES["envelope"]] = _json(env, FIXTURES["envelope"])
     return {
-        FIXTURES["envelope"]: _json(env),
-        FIXTURES["universe"]: _json(uni),
-        FIXTURES["cassette"]: _json(cas),
-        "scenario.yaml": scenario_yaml(session, scenario_id, unreviewed, auto_replay=outcome_scorers is not None),
-        "scorer.py": scorer_py(session, outcome_scorers),
-        "IMPORTED.md": imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"], outcome_scorers),
+        **files,
+        "scenario.yaml": _text(scenario_yaml(session, scenario_id, unreviewed,
+                                             auto_replay=outcome_scorers is not None)),
+        "scorer.py": _text(scorer_py(session, outcome_scorers)),
+        "IMPORTED.md": _text(imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"],
+                                         outcome_scorers)),
     }
+
+
+def _text(text: str) -> bytes:
+    """UTF-8; a lone surrogate from trace text is written as its `\\udcXX` escape instead of failing."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 class ScenarioDirWriter:

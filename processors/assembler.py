@@ -33,6 +33,12 @@ flushes write the session with `complete = False` and count
 `wt_otel_sessions_flushed_incomplete_total`; records are never dropped. A
 session flushed for size keeps only a tombstone (its ids), so what follows
 becomes a continuation rather than re-growing past the bound.
+
+Memory is also bounded in bytes (`max_held_bytes`, estimated by
+`wt_otel._util.sizeof`): past it, retained records are dropped first (they are
+written already; the session keeps its tombstone), then the least recently
+active open session is written early, incomplete (reason `max_held_bytes`).
+`held_bytes()` is what the pipeline's admission control adds to its queue.
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from wt_otel._util.sizeof import record_bytes
 from wt_otel.components import StageContext, StageType
+from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
@@ -74,6 +82,7 @@ class _Group:
     continuation_of: str | None = None
     absorbed: list[str] = field(default_factory=list)
     retained_at: float = 0.0
+    nbytes: int = 0  # estimated bytes of `records`
 
     @property
     def held(self) -> list[Record]:
@@ -98,8 +107,11 @@ class SessionAssembler:
     def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
                  grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
                  late_window: float = 300.0, max_retained_records: int = 20_000,
-                 is_written: Callable[[str], bool] | None = None) -> None:
+                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 384 * 1024 * 1024) -> None:
         self.sink = sink
+        self.max_held_bytes = max_held_bytes
+        self._open_bytes = 0
+        self._retained_bytes = 0
         self.metrics = metrics or Metrics()
         self.idle_timeout = idle_timeout
         self.grace = grace
@@ -111,6 +123,7 @@ class SessionAssembler:
         emitted: set[str] = set()
         self._emitted: set[str] | None = None if is_written else emitted  # without a store, remember keys here
         self._is_written = is_written or emitted.__contains__
+        self._warned: OrderedDict[str, set[str]] = OrderedDict()  # warnings already logged, per session key
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         self._root_ended: set[str] = set()
@@ -128,7 +141,8 @@ class SessionAssembler:
         return cls(sink, metrics, idle_timeout=config.idle_timeout, grace=config.grace,
                    max_open_sessions=config.max_open_sessions,
                    max_records_per_session=config.max_records_per_session, late_window=config.late_window,
-                   max_retained_records=config.max_retained_records, is_written=is_written)
+                   max_retained_records=config.max_retained_records, is_written=is_written,
+                   max_held_bytes=config.max_held_bytes)
 
     # ------------------------------------------------------------------ Consumer
 
@@ -170,6 +184,10 @@ class SessionAssembler:
     def open_sessions(self) -> int:
         return len(self._open)
 
+    def held_bytes(self) -> int:
+        """Estimated bytes of the records held (open sessions and retained ones), for admission control."""
+        return self._open_bytes + self._retained_bytes
+
     # ------------------------------------------------------------------ grouping
 
     def _add(self, record: Record, now: float) -> None:
@@ -193,6 +211,7 @@ class SessionAssembler:
         self._attach(group, record, trace_id, conv, now)
         if len(group.held) >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
+        self._enforce_bytes(now)
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
             oldest = next(iter(self._open.values()))
             if oldest.root_ended and oldest.traces <= oldest.roots:
@@ -201,6 +220,20 @@ class SessionAssembler:
                 self._emit(oldest, now, complete=True)
             else:
                 self._emit(oldest, now, complete=False, reason="max_open_sessions")
+
+    def _enforce_bytes(self, now: float) -> None:
+        """Past `max_held_bytes`: drop retained records (oldest first), then write open sessions early."""
+        while self._open_bytes + self._retained_bytes > self.max_held_bytes and self._holding:
+            self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
+        while self._open_bytes + self._retained_bytes > self.max_held_bytes and self._open:
+            self._emit(next(iter(self._open.values())), now, complete=False, reason="max_held_bytes")
+            while self._holding:  # the session just written is retained: let it go too
+                self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
+
+    def _tombstone(self, group: _Group) -> None:
+        self._retained_records -= len(group.held)
+        self._retained_bytes -= group.nbytes
+        group.records, group.nbytes = None, 0
 
     def _start(self, base: str, now: float, continuation: bool = False) -> _Group:
         key, n = base, 1
@@ -224,6 +257,8 @@ class SessionAssembler:
         del self._retained[key]
         del self._holding[key]
         self._retained_records -= len(group.records)
+        self._retained_bytes -= group.nbytes
+        self._open_bytes += group.nbytes
         group.retained_at = 0.0
         group.last_seen = now
         self._open[key] = group
@@ -237,6 +272,7 @@ class SessionAssembler:
         del self._open[other.key]
         self._root_ended.discard(other.key)
         into.held.extend(other.held)
+        into.nbytes += other.nbytes
         into.traces |= other.traces
         into.convs |= other.convs
         into.roots |= other.roots
@@ -253,6 +289,9 @@ class SessionAssembler:
 
     def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
         group.held.append(record)
+        size = record_bytes(record)
+        group.nbytes += size
+        self._open_bytes += size
         group.traces.add(trace_id)
         self._by_trace[trace_id] = group.key
         if conv:
@@ -271,6 +310,7 @@ class SessionAssembler:
     def _emit(self, group: _Group, now: float, complete: bool, reason: str | None = None) -> None:
         """Build the Session, hand it to the sink, keep the records for late arrivals."""
         del self._open[group.key]
+        self._open_bytes -= group.nbytes
         self._root_ended.discard(group.key)
         if reason:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
@@ -290,6 +330,7 @@ class SessionAssembler:
                     session.warnings.append(
                         "merged with session(s) written on their own before the shared conversation id was seen: "
                         + ", ".join(group.absorbed))
+                self._report(session)
                 self.sink(session, spans)
                 if self._emitted is not None:
                     self._emitted.add(group.key)
@@ -298,20 +339,26 @@ class SessionAssembler:
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
 
+    def _report(self, session: Session) -> None:
+        """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
+        for d in fresh_diagnostics(session, self._warned):
+            log.warning("session %s: %s", session.key, d["message"])
+            self.metrics.inc("wt_otel_session_warnings_total", kind=d["kind"])
+
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:
-            group.records = None
+            group.records, group.nbytes = None, 0
         group.retained_at = now
         self._retained[group.key] = group
         if group.records is not None:
             self._holding[group.key] = None
             self._retained_records += len(group.records)
-        while self._retained_records > self.max_retained_records:
+            self._retained_bytes += group.nbytes
+        while self._retained_records > self.max_retained_records or (
+                self._holding and self._open_bytes + self._retained_bytes > self.max_held_bytes):
             # over the record budget: the oldest keeps its ids, so a late record becomes a continuation.
             # `_holding` skips the tombstones in O(1); scanning `_retained` for them made this quadratic.
-            oldest = self._retained[self._holding.popitem(last=False)[0]]
-            self._retained_records -= len(oldest.held)
-            oldest.records = None
+            self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
         while len(self._retained) > self.max_retained_sessions:
             self._forget(next(iter(self._retained)))
 
@@ -319,6 +366,7 @@ class SessionAssembler:
         group = self._retained.pop(key)
         self._holding.pop(key, None)
         self._retained_records -= len(group.records or ())
+        self._retained_bytes -= group.nbytes
         for t in group.traces:
             if self._by_trace.get(t) == key:
                 del self._by_trace[t]

@@ -42,7 +42,6 @@ from wt_otel._util.fsutil import unique_slug
 from wt_otel._util.otlp_env import resolve_otlp
 from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
-from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.scorers import AUTO_REPLAY_SCORERS
 from wt_otel.serve.config import ReplayConfig, ServeConfig
@@ -173,12 +172,15 @@ class AutoReplay:
         if not (session.complete and session.flagged):
             return
         ref = incident_ref(session)
-        if not session.user_turns:  # nothing to inject: a replay could only "expect (no message)"
-            why = capture_hint(session) if not session.content_captured else "it has no user turn with text"
-            self.queue.refuse(ref, f"no conversation to replay: {why}")
+        if not session.content_captured or not session.user_turns:  # nothing to inject: not a replayable incident
             self.metrics.inc("wt_otel_replay_skipped_total", reason="no_conversation")
-            self.warn(f"incident {ref} NOT replayed: no conversation to replay ({why}); its session stays in "
-                      "the data dir")
+            if not session.content_captured:
+                setting = next((d.get("setting") for d in session.diagnostics if d.get("setting")), None)
+                self._refuse(ref, "no conversation to replay: the session holds no message content (capture off "
+                             f"or redacted in service {session.service_name or '(unknown)'})"
+                             + (f"; turn it on with {setting}" if setting else ""))
+            else:
+                self._refuse(ref, "no conversation to replay: the session has no user turn with text")
             return
         target = self.target_for(session)
         if target is None:  # kept in the data dir and said; never replayed against another service's agent

@@ -85,6 +85,7 @@ class CompletedSession:
     session: Session
     spans: list[SpanRecord]
     written: Any = None
+    halted: bool = False  # set by the store when it deferred or quarantined the session: later stages skip it
 
 
 @runtime_checkable

@@ -58,10 +58,24 @@ class DirectoryExists(FileExistsError):
     pass
 
 
-def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = False) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename into it) durable; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = False, durable: bool = False) -> None:
     """Create `dest` holding exactly `files`, atomically; replace an existing one only with `force`.
 
-    File names are our own constants, never trace text.
+    `durable`: every file and the directory are fsynced before the rename and the parent after
+    it, so whatever is written next (an index line naming `dest`) can only survive a power loss
+    if `dest` does too. File names are our own constants, never trace text.
     """
     if dest.exists() and not force:
         raise DirectoryExists(f"{dest} already exists (use --force to replace it)")
@@ -69,14 +83,24 @@ def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = Fal
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
         for name, data in files.items():
-            (tmp / name).write_bytes(data.encode() if isinstance(data, str) else data)
+            with open(tmp / name, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        if durable:
+            fsync_dir(tmp)
         if dest.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
             os.rename(dest, old / "d")
             os.rename(tmp, dest)
+            if durable:
+                fsync_dir(dest.parent)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, dest)
+            if durable:
+                fsync_dir(dest.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -124,7 +124,8 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
                    "the rules of --config).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="wt-otel serve's YAML config: its `flagger:` section decides what is an incident, as in serve.")
-@click.option("--strict", is_flag=True, help="Stop at the first corrupt input, before writing anything.")
+@click.option("--strict", is_flag=True,
+              help="Stop at the first corrupt input or session warning, before writing anything.")
 @click.pass_context
 def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, force: bool,
             trace_ids: tuple[str, ...], flagged_only: bool, config_path: Path | None, strict: bool) -> None:
@@ -142,8 +143,12 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     Each OUT/<session>/ holds incident.wtin.json (Contract A), fixture.universe.json
     (Contract B), llm.cassette.json, scenario.yaml, scorer.py and IMPORTED.md.
 
-    A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal).
-    Exit status: 0 ok; 1 some inputs or sessions had errors; 2 usage.
+    A corrupt line is reported as FILE:LINE and skipped (--strict makes it fatal). What the
+    importer did not understand in a session (no user turn, content capture off, a tool call
+    without result, conversation attributes no dialect read...) is a warning on stderr, in
+    IMPORTED.md and in the envelope's `diagnostics` (--strict makes it fatal too).
+    Exit status: 0 ok; 1 some inputs or sessions had errors, or no GenAI session was found
+    (the message says why); 2 usage.
     """
     flag_rules = None
     if config_path:  # serve's config (and the receivers it names) loads only when asked for
@@ -175,9 +180,16 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
         ctx.exit(1)
     for err in report.errors:
         click.echo(f"error: {err}", err=True)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if report.why_none:
+        click.echo(f"error: no GenAI session found: {report.why_none}", err=True)
+        ctx.exit(1)
     for path in report.written:
         click.echo(f"wrote {path}")
     click.echo(f"{report.records:,} records, {report.sessions} session(s), {len(report.written)} written"
                + (f", {report.skipped} not selected" if report.skipped else "")
+               + (f", {report.empty} without content" if report.empty else "")
+               + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
                + (f", {len(report.errors)} error(s)" if report.errors else ""), err=True)
     ctx.exit(0 if report.ok else 1)

@@ -162,6 +162,8 @@ class Envelope(ContractModel):
     )
     redaction: dict[str, Any] | None = None
     warnings: list[str] = []
+    diagnostics: list[dict[str, Any]] = Field(
+        [], description="what the importer did not understand: {kind, message, span_id?, attribute?, setting?}")
 
 
 def load_envelope(data: Any) -> Envelope:

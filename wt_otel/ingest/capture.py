@@ -30,7 +30,10 @@ CAPTURE_SETTINGS = {
 
 def capture_hint(session: Session) -> str:
     """`service X records no message content: set …` for the dialects the session was read with."""
-    settings = [CAPTURE_SETTINGS[d] for d in session.dialects if d in CAPTURE_SETTINGS]
+    # the import's diagnostics know the producer from its spans (wt_otel.ingest.diagnostics.content_setting);
+    # the session's dialects are the fallback
+    settings = [str(d["setting"]) for d in session.diagnostics if d.get("setting")]
+    settings = settings or [CAPTURE_SETTINGS[d] for d in session.dialects if d in CAPTURE_SETTINGS]
     if not settings:
         settings = [CAPTURE_SETTINGS["semconv"]]
     service = session.service_name or "(unknown service)"

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wt_otel._util.fsutil import DirectoryExists, unique_slug
+from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump
 from wt_otel.ingest.flags import FlagRules
-from wt_otel.ingest.sessions import SessionGrouper, build_session
+from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations, witnessed
 from wt_otel.model.session import Session, ToolExecution
 
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
@@ -39,6 +40,13 @@ class ImportReport:
     records: int = 0
     sessions: int = 0
     skipped: int = 0  # sessions not selected by --trace-id / --flagged-only
+    empty: int = 0  # GenAI sessions with neither messages nor a witnessed tool call (content capture off)
+    warnings: list[str] = field(default_factory=list)  # "<session>: <what was not understood>"
+    why_none: str | None = None  # set when no GenAI session was found: the reason, in words
+
+    @property
+    def found_nothing(self) -> bool:
+        return not self.written and not self.skipped and not self.errors
 
     @property
     def ok(self) -> bool:
@@ -130,17 +138,43 @@ def import_dumps(
                 if progress and report.records % 10000 == 0:
                     progress("records", report.records)
         taken: set[str] = set()
+        reasons: list[tuple[int, str]] = []  # (how telling, why) for groups that yielded no session
 
         def sessions() -> Iterator[Session]:
             yield from ready
+            unnamed: list[Session] = []  # no conversation id: may continue one another (held to the end)
             for group in grouper.groups():
-                session = build_session(group, flag_rules=flag_rules)
+                try:
+                    session = build_session(group, flag_rules=flag_rules)
+                except Exception as e:  # noqa: BLE001 - a hostile trace costs its own session only
+                    traces = sorted({r.trace_id for r in group if r.trace_id})
+                    report.errors.append(f"trace {', '.join(traces[:3])}: session not built: {type(e).__name__}: {e}")
+                    continue
+                if session is not None and (session.messages or any(map(witnessed, session.witnessed_calls))):
+                    if session.conversation_id:
+                        yield session
+                    else:
+                        unnamed.append(session)
+                    continue
                 if session is not None:
-                    yield session
-                    yield from later_incidents(session)
+                    report.empty += 1
+                if len(reasons) < 50:
+                    try:
+                        reasons.append(explain_group(attach_logs(group)))
+                    except Exception:  # noqa: BLE001, S112 - an explanation must not cost the import
+                        continue
+            yield from merge_continuations(unnamed)
 
-        for session in sessions():
+        found: Iterator[Session] | list[Session] = (x for s in sessions() for x in (s, *later_incidents(s)))
+        if strict:  # every warning is fatal: judge all sessions before writing any
+            found = list(found)
+            warned = [f"session {s.key}: {w}" for s in found for w in s.warnings]
+            if warned:
+                raise ImportAborted(f"{len(warned)} warning(s), e.g. {warned[0]}")
+        for session in found:
             report.sessions += 1
+            report.warnings.extend(f"{session.flag_ref or session.conversation_id or session.key}: {w}"
+                                   for w in session.warnings)
             if (wanted and not wanted & {t.lower() for t in session.trace_ids}) or (
                     flagged_only and not session.flagged):
                 report.skipped += 1
@@ -150,8 +184,10 @@ def import_dumps(
                 report.written.append(writer.write(session, slug))
             except DirectoryExists as e:
                 report.errors.append(str(e))
-            except (OSError, ValueError) as e:  # one bad session must not sink the others
-                report.errors.append(f"session {session.key}: not written: {e}")
+            except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
+                report.errors.append(f"session {session.key}: not written: {type(e).__name__}: {e}")
             if progress:
                 progress("sessions", len(report.written))
+        if report.found_nothing and not ready:
+            report.why_none = (max(reasons)[1] if reasons else "the input holds no spans")
     return report

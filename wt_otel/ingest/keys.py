@@ -13,8 +13,9 @@ from __future__ import annotations
 
 # Attribute key prefixes of the producers wt-otel reads: GenAI semconv, OpenLLMetry (llm., traceloop.),
 # OpenInference (llm., openinference., tool.), pydantic-ai, the OpenAI Agents SDK and generic JSONL imports.
+# The Vercel AI SDK's `ai.*` attributes (AI SDK 4-6, and 7 without @ai-sdk/otel) too.
 GENAI_KEY_PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.",
-                      "generic.")
+                      "generic.", "ai.")
 
 # Incident markers a producer sets on a span (`wt.incident.id` also names the incident).
 FLAG_KEYS = ("wt.incident", "wt.incident.id", "wt.flag", "incident.id")
@@ -43,6 +44,9 @@ CONVERSATION_KEYS = (
     "generic.group_id",
     "thread.id",
     "langfuse.session.id",
+    "ai.settings.context.sessionId",  # Vercel AI SDK runtime context
+    "ai.telemetry.metadata.sessionId",
+    "ai.telemetry.metadata.session_id",
 )
 
 

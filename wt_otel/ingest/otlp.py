@@ -202,6 +202,15 @@ def _obj(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _json_time(value: Any, where: str) -> int:
+    """A fixed64 timestamp: what protobuf could carry (0 .. 2**64-1 ns), or an error naming the field."""
+    n = _json_int(value, where)
+    if not 0 <= n < 2**64:
+        raise OtlpJsonError(f"timestamp {str(n)[:40]}{'...' if len(str(n)) > 40 else ''} is outside "
+                            "0..2**64-1 nanoseconds", where)
+    return n
+
+
 def _json_int(value: Any, where: str) -> int:
     """int64/uint64 fields: JSON numbers or decimal strings (proto3 JSON writes strings)."""
     if value is None:
@@ -298,7 +307,9 @@ def _json_value(v: Any, where: str) -> Any:
                 return x
             raise OtlpJsonError(f"must be a string, not {type(x).__name__}")
         if key in ("intValue", "int_value"):
-            return _json_int(x, "")
+            n = _json_int(x, "")
+            # beyond int64 no OTLP producer can mean it as a number, and no writer encodes it: kept as text
+            return n if -(2**63) <= n < 2**64 else str(n)
         if key in ("boolValue", "bool_value"):
             if isinstance(x, bool):
                 return x
@@ -366,7 +377,7 @@ def _json_span(s: Any, resource: dict[str, Any], scope: tuple[str, str]) -> Span
             events.append(
                 Event(
                     name=str(e.get("name") or ""),
-                    time_ns=_json_int(_get(e, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano"),
+                    time_ns=_json_time(_get(e, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano"),
                     attributes=_json_attrs_of(e),
                 )
             )
@@ -396,8 +407,8 @@ def _json_span(s: Any, resource: dict[str, Any], scope: tuple[str, str]) -> Span
         name=str(s.get("name") or ""),
         parent_span_id=_json_id(_get(s, "parentSpanId", "parent_span_id")[1], 8, "parentSpanId"),
         kind=_json_enum(s.get("kind"), _KINDS, "SPAN_KIND_", "kind"),
-        start_ns=_json_int(_get(s, "startTimeUnixNano", "start_time_unix_nano")[1], "startTimeUnixNano"),
-        end_ns=_json_int(_get(s, "endTimeUnixNano", "end_time_unix_nano")[1], "endTimeUnixNano"),
+        start_ns=_json_time(_get(s, "startTimeUnixNano", "start_time_unix_nano")[1], "startTimeUnixNano"),
+        end_ns=_json_time(_get(s, "endTimeUnixNano", "end_time_unix_nano")[1], "endTimeUnixNano"),
         attributes=_json_attrs_of(s),
         events=events,
         links=links,
@@ -411,9 +422,9 @@ def _json_span(s: Any, resource: dict[str, Any], scope: tuple[str, str]) -> Span
 
 def _json_log(r: Any, resource: dict[str, Any], scope_name: str) -> LogRecord:
     r = _obj(r, "a log record")
-    time_ns = _json_int(_get(r, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano")
+    time_ns = _json_time(_get(r, "timeUnixNano", "time_unix_nano")[1], "timeUnixNano")
     if not time_ns:
-        time_ns = _json_int(_get(r, "observedTimeUnixNano", "observed_time_unix_nano")[1], "observedTimeUnixNano")
+        time_ns = _json_time(_get(r, "observedTimeUnixNano", "observed_time_unix_nano")[1], "observedTimeUnixNano")
     body = r.get("body")
     return LogRecord(
         event_name=str(_get(r, "eventName", "event_name")[1] or ""),

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from wt_otel.ingest import dialects
-from wt_otel.ingest.capture import capture_hint
+from wt_otel.ingest.diagnostics import diagnose
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FlagRules, default_rules
 from wt_otel.ingest.keys import FLAG_KEYS
@@ -147,16 +147,21 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         return None
     session = Session(key=key or "")
     calls: list[LLMCall] = []
+    unread: list[SpanRecord] = []
     for span in spans:
-        for obs in dialects.observe(span):
+        found = dialects.observe(span)
+        if not found:
+            unread.append(span)
+        for obs in found:
             if isinstance(obs, ToolExecution):
                 session.witnessed_calls.append(obs)
             else:
                 calls.append(obs)
             if obs.dialect not in session.dialects:
                 session.dialects.append(obs.dialect)
-    if not calls and not session.witnessed_calls:
-        return None
+    if not session.witnessed_calls and not any(
+            c.input_messages or c.output_messages or not c.is_transcript for c in calls):
+        return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
     trace_ids = list(dict.fromkeys(s.trace_id for s in spans))
     session.trace_ids = trace_ids
     session.key = key or trace_ids[0]
@@ -172,6 +177,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     _fix_tool_call_ids(session)
     _correlate(session)
     _check_content(session)
+    diagnose(session, spans, calls, unread)
     return session
 
 
@@ -180,9 +186,13 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     session.llm_calls = inference
     transcript: list[dict[str, Any]] = []
     sigs: list[tuple] = []
+    # Model calls first, in time order; spans that log a whole run (agent spans) last: they repeat
+    # what the model calls said and only add what no model call carried.
+    spoke = any(c.input_messages or c.output_messages for c in inference)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        history = [m for m in call.input_messages + call.output_messages if m.get("role") != "system"]
-        _merge(transcript, sigs, history)
+        history = [m for m in call.input_messages + call.output_messages
+                   if m.get("role") != "system" and any(_sig(m)[1])]
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
     session.messages = transcript
     for call in calls:
         if not session.system_instructions and call.system_instructions:
@@ -198,8 +208,11 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
         session.content_captured = False
 
 
-def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]]) -> None:
-    """Add a call's view of the history to the transcript without duplicating turns."""
+def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]],
+           extend_only: bool = False) -> None:
+    """Add a call's view of the history to the transcript without duplicating turns. With
+    `extend_only` (an agent span's summary where model calls spoke) only a consistent continuation
+    is taken: a partial view is the same evidence, never concatenated."""
     if len(transcript) >= MAX_TRANSCRIPT_MESSAGES:
         return
     hsigs = [_sig(m) for m in history]
@@ -210,16 +223,120 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         transcript.extend(history[n:])
         sigs.extend(hsigs[n:])
         return
-    if _contains(sigs, hsigs):  # an older or partial view (a retry, a sub-agent): nothing new
+    if _contains(sigs, hsigs) or _subsequence(sigs, hsigs):
+        # an older or partial view (a retry, a sub-agent, an agent span's input + final answer): nothing new
         return
-    overlap = next((k for k in range(min(n, m), 0, -1) if sigs[n - k:] == hsigs[:k]), 0)
-    transcript.extend(history[overlap:])
-    sigs.extend(hsigs[overlap:])
+    if extend_only:
+        return
+    # A lossy or windowed view (an app that resends only the texts, an instrumentation that drops
+    # tool items from the input): the longest head of this history already in the transcript, in
+    # order, is the same evidence; only what follows it is new.
+    k = _subsequence_head(sigs, hsigs)
+    transcript.extend(history[k:])
+    sigs.extend(hsigs[k:])
+
+
+def _subsequence_head(seq: list[tuple], sub: list[tuple]) -> int:
+    """How many leading items of `sub` appear in `seq` in order (gaps allowed)."""
+    k, i = 0, 0
+    for item in sub:
+        while i < len(seq) and seq[i] != item:
+            i += 1
+        if i == len(seq):
+            break
+        k, i = k + 1, i + 1
+    return k
+
+
+def merge_continuations(sessions: list[Session]) -> list[Session]:
+    """Join sessions that continue one another without a conversation id.
+
+    Runners that make each user turn its own trace (and carry no session id) resend the history:
+    a session whose user and assistant texts begin with all of an earlier session's (same service,
+    started after it ended) is that session, continued. The earlier one's messages are kept (later
+    views may drop tool items). Two users who opened with the same words and got the same answer
+    would be joined too: producers that carry a session id never are."""
+    out: list[Session] = []
+    for s in sorted(sessions, key=lambda x: x.started_ns):
+        proj = _projection(s.messages)
+        parent = next((p for p in reversed(out) if not p.conversation_id and not s.conversation_id
+                       and p.service_name == s.service_name and p.ended_ns <= s.started_ns
+                       and 0 < len(pp := _projection(p.messages)) < len(proj) and proj[:len(pp)] == pp), None)
+        if parent is None:
+            out.append(s)
+            continue
+        out.remove(parent)
+        out.append(_absorb(parent, s))
+    return out
+
+
+def _projection(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["role"], t) for m in messages if m.get("role") in ("user", "assistant")
+            and (t := "".join(p.get("content") or "" for p in m["parts"] if p.get("type") == "text").strip())]
+
+
+def _absorb(parent: Session, child: Session) -> Session:
+    """`parent` followed by what `child` added after the history they share."""
+    want, cut = len(_projection(parent.messages)), 0
+    for i, m in enumerate(child.messages):
+        if want == 0:
+            break
+        if _projection([m]):
+            want -= 1
+        cut = i + 1
+    shift = len(parent.messages) - cut
+    merged = parent
+    merged.messages = parent.messages + child.messages[cut:]
+    merged.omitted_parts += [{**o, "message_index": o["message_index"] + shift}
+                             for o in child.omitted_parts if o["message_index"] >= cut]
+    seen = {w.span_id for w in parent.witnessed_calls}
+    merged.witnessed_calls += [w for w in child.witnessed_calls if w.span_id not in seen]
+    merged.llm_calls += child.llm_calls
+    merged.trace_ids += [t for t in child.trace_ids if t not in merged.trace_ids]
+    merged.ended_ns = max(parent.ended_ns, child.ended_ns)
+    merged.dialects += [d for d in child.dialects if d not in merged.dialects]
+    names = {d["name"] for d in merged.tool_definitions}
+    merged.tool_definitions += [d for d in child.tool_definitions if d["name"] not in names]
+    if child.flagged and not merged.flagged:
+        merged.flagged, merged.flag_ref, merged.flag_reason = True, child.flag_ref, child.flag_reason
+    answered = {p.get("id") for m in merged.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
+    answered |= {w.tool_call_id for w in merged.witnessed_calls if w.result is not None}
+    diagnostics = [d for d in parent.diagnostics + child.diagnostics if d["kind"] != "tool_call_without_result"]
+    merged.diagnostics, merged.warnings = [], []
+    for d in diagnostics:
+        if d not in merged.diagnostics:
+            merged.diagnostics.append(d)
+            merged.warnings.append(d["message"])
+    for m in merged.messages:
+        for p in m["parts"]:
+            if p.get("type") == "tool_call" and p.get("id") not in answered:
+                msg = (f"tool call {p.get('name')!r} ({p.get('id')}) has no result in the transcript and no tool "
+                       "span witnessed one: the universe cannot answer it")
+                merged.diagnostics.append({"kind": "tool_call_without_result", "message": msg})
+                merged.warnings.append(msg)
+    merged.content_captured = parent.content_captured and child.content_captured
+    return merged
 
 
 def _sig(message: dict[str, Any]) -> tuple:
+    """The signature, with empty texts dropped and adjacent texts joined (one producer's two text
+    blocks are another's one string)."""
     role, parts = signature(message)
-    return role, tuple(p for p in parts if p != ("text", ""))
+    out: list[tuple] = []
+    for p in parts:
+        if p == ("text", ""):
+            continue
+        if p[0] == "text" and out and out[-1][0] == "text":
+            out[-1] = ("text", out[-1][1] + p[1])
+        else:
+            out.append(p)
+    return role, tuple(out)
+
+
+def _subsequence(seq: list[tuple], sub: list[tuple]) -> bool:
+    """Every message of `sub` appears in `seq`, in order (gaps allowed)."""
+    it = iter(seq)
+    return all(any(x == s for x in it) for s in sub)
 
 
 def _contains(seq: list[tuple], sub: list[tuple]) -> bool:
@@ -269,10 +386,30 @@ def _correlate(session: Session) -> None:
             ex.correlation = "name_order"
             if not ex.tool_call_id or ex.tool_call_id not in by_id:
                 ex.tool_call_id = part["id"]
+    if calls:
+        # a tool span that witnessed nothing and answers no tool call is bookkeeping, not a call
+        # (Google ADK's "execute_tool (merged)" span beside the real ones of a parallel response)
+        session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.correlation != "none" or witnessed(ex)]
+    responses = {p.get("id"): p for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
     for ex in session.witnessed_calls:
+        part = by_id.get(ex.tool_call_id or "")
+        if part is not None and ex.correlation != "none":
+            # Arguments: where the tool span logged no object (a framework's string or unknown wrapper), the
+            # model call's tool call says what the agent asked for. Results: the tool span witnessed them,
+            # else the transcript.
+            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and part.get("arguments"))) \
+                    and isinstance(part.get("arguments"), dict) and not part.get("arguments_undecodable"):
+                ex.args, ex.args_decoded = part["arguments"], True
+            if ex.result is None and part["id"] in responses:
+                ex.result = responses[part["id"]].get("response")
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")
+
+
+def witnessed(ex: ToolExecution) -> bool:
+    """Whether a tool span recorded anything about the call beyond its name."""
+    return ex.result is not None or ex.error is not None or ex.args not in ({}, None, "")
 
 
 def _check_content(session: Session) -> None:
@@ -286,9 +423,7 @@ def _check_content(session: Session) -> None:
         session.warnings.append(
             f"{placeholders} message part(s) hold a redaction placeholder (e.g. '[redacted]'), not real content")
     if not session.messages and session.llm_calls:
-        session.content_captured = False
-        session.warnings.append(f"message content was not captured: {capture_hint(session)}; "
-                                "user turns and the final answer must be written by hand")
+        session.content_captured = False  # diagnose() says so, naming the setting
     for m_index, msg in enumerate(session.messages):
         for part in msg["parts"]:
             if part.get("arguments_undecodable"):

@@ -84,6 +84,8 @@ class Session:
     root_span_id: str | None = None
     omitted_parts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # what the importer did not understand, one dict per finding: kind, message, span_id, attribute, setting
+    diagnostics: list[dict[str, Any]] = field(default_factory=list)
     content_captured: bool = True
     complete: bool = True
     redaction: dict[str, Any] | None = None  # set by the redactor: {"applied": True, "patterns": [...], ...}

@@ -15,7 +15,10 @@ Routes
 
 Status codes
     200  a recorded answer
-    400  a request body that is not a chat-completions request; 404 an unknown route
+    400  a request body that is not a chat-completions request (the message says
+         what: bad Content-Length, invalid or too deeply nested JSON, a message or
+         tool call of the wrong shape); 404 an unknown route; 408 a body that does
+         not arrive within `read_timeout`; 413 a body above `max_body_bytes`
     422  `llm_divergence`: no recording for this request (exact) or past the end of
          the recording (sequence); the body says what was expected vs received.
     4xx/5xx  a recorded `exception_boundary`, mapped by `http_status`. A recorded
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import sys
 import threading
@@ -61,11 +65,50 @@ from wt_otel.replay.cassette import (
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8649
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a chat request with a long history is a few MB at most
+READ_TIMEOUT = 30.0
+
+log = logging.getLogger("wt_otel.replay.cassette_server")
+
+
+class BadRequest(ValueError):
+    """A request this server cannot answer; `status` (4xx) and the message go to the client."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _shape_problem(body: Any) -> str | None:
+    """What makes `body` not a chat-completions request the replay can match, or None."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    messages, tools = body.get("messages"), body.get("tools")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "messages must be an array of message objects"
+    if tools is not None and not isinstance(tools, list):
+        return "tools must be an array"
+    for i, m in enumerate(messages):
+        if "role" in m and not isinstance(m["role"], str):
+            return f"messages[{i}].role must be a string"
+        calls = m.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return f"messages[{i}].tool_calls must be an array"
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(c, dict) or ("function" in c and not isinstance(fn, dict)):
+                return f"messages[{i}].tool_calls[{j}] must be an object whose function is an object"
+            if isinstance(fn, dict) and not isinstance(fn.get("name", ""), str):
+                return f"messages[{i}].tool_calls[{j}].function.name must be a string"
+    return None
 
 
 class _CassetteHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive for JSON; streams use chunked encoding
     server: _HTTPServer
+    timeout = READ_TIMEOUT  # a client that stops sending frees its thread
 
     def setup(self) -> None:
         super().setup()
@@ -94,9 +137,34 @@ class _CassetteHandler(BaseHTTPRequestHandler):
             self._error(404, {"message": f"no route GET {self.path}", "type": "invalid_request_error",
                               "param": None, "code": "unknown_url"})
 
+    def _body(self) -> bytes:
+        """The request body, at most `max_body_bytes`; raises `BadRequest` (400/408/411/413)."""
+        cap = self.server.owner.max_body_bytes
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raise BadRequest("Transfer-Encoding: chunked is not supported: send a Content-Length", 411)
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if not text.isdigit():
+            raise BadRequest(f"invalid Content-Length {text[:40]!r}: must be a non-negative integer")
+        length = int(text)
+        if length > cap:
+            raise BadRequest(f"body of {length} bytes exceeds the {cap}-byte limit", 413)
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise BadRequest(f"the body did not arrive within {self.timeout:g}s", 408) from None
+        if len(raw) != length:
+            raise BadRequest(f"body ended after {len(raw)} of {length} bytes")
+        return raw
+
     def do_POST(self) -> None:
         owner, route = self.server.owner, self._route()
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            raw = self._body()
+        except BadRequest as exc:
+            self.close_connection = True  # what is left of the body would be read as the next request
+            self._error(exc.status, {"message": str(exc), "type": "invalid_request_error", "param": None,
+                                     "code": "invalid_request"})
+            return
         if route == "/wt/reset":
             owner.reset()
             self._json(200, {"ok": True, "run": owner.replay.run})
@@ -106,19 +174,25 @@ class _CassetteHandler(BaseHTTPRequestHandler):
                               "param": None, "code": "unknown_url"})
             return
         try:
-            body = json.loads(raw or b"{}")
-            if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
-            messages, tools = body.get("messages"), body.get("tools")
-            if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-                raise ValueError("messages must be an array of message objects")
-            if tools is not None and not isinstance(tools, list):
-                raise ValueError("tools must be an array")
-        except ValueError as exc:
+            try:
+                body = json.loads(raw or b"{}")
+            except RecursionError:
+                raise ValueError("JSON nested too deeply") from None
+            problem = _shape_problem(body)
+            if problem:
+                raise ValueError(problem)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError too
             self._error(400, {"message": f"invalid request body: {exc}", "type": "invalid_request_error",
                               "param": None, "code": "invalid_request"})
             return
-        owner.serve(self, body)
+        try:
+            owner.serve(self, body)
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+            # a shape _shape_problem does not know yet: the request's fault, said as such, never a traceback
+            log.debug("cannot match request", exc_info=True)
+            self._error(400, {"message": f"invalid request body: cannot match it against the cassette "
+                                         f"({type(exc).__name__}: {exc})", "type": "invalid_request_error",
+                              "param": None, "code": "invalid_request"})
 
     def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -177,7 +251,9 @@ class CassetteServer:
 
     def __init__(self, cassette: Cassette | str | Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  match: MatchMode = "exact", run: str | None = None, pace: bool = False,
-                 on_call: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_call: Callable[[dict[str, Any]], None] | None = None,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.max_body_bytes = max_body_bytes
         if not isinstance(cassette, Cassette):
             cassette = read_cassette(cassette)
         self.replay = CassetteReplay(cassette, match, run)

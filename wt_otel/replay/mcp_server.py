@@ -49,6 +49,11 @@ from wt_otel.replay.universe import Answer, RecordedUniverse
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8648
 MCP_PATH = "/mcp"
+# A client that never closes its session must not grow the server without bound (issue 13): sessions idle
+# this long are ended (their id then answers 404 and the client re-initializes), and at most
+# MAX_SESSIONS are open at once (503 for one more). A replay's sessions live for one run, seconds to minutes.
+SESSION_IDLE_TIMEOUT = 300.0
+MAX_SESSIONS = 1_000
 
 
 def is_object_schema(schema: dict[str, Any] | None) -> bool:
@@ -117,9 +122,12 @@ class UniverseMCPServer:
     """
 
     def __init__(
-        self, engine: RecordedUniverse, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, json_response: bool = True
+        self, engine: RecordedUniverse, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, json_response: bool = True,
+        session_idle_timeout: float = SESSION_IDLE_TIMEOUT, max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.engine = engine
+        self.session_idle_timeout = session_idle_timeout
+        self.max_sessions = max_sessions
         self.host = host
         self.port = port
         self.json_response = json_response
@@ -143,7 +151,8 @@ class UniverseMCPServer:
         routes = [Route("/wt/calls", calls, methods=["GET"]), Route("/wt/reset-calls", reset_calls, methods=["POST"])]
         return build_server(self.engine).streamable_http_app(
             streamable_http_path=MCP_PATH, host=self.host, json_response=self.json_response,
-            custom_starlette_routes=routes,
+            custom_starlette_routes=routes, session_idle_timeout=self.session_idle_timeout,
+            max_sessions=self.max_sessions,
         )
 
     # ------------------------------------------------------------ lifecycle

@@ -72,6 +72,8 @@ class AssemblerConfig(_Strict):
     max_records_per_session: int = Field(20_000, gt=0, description="beyond it the session is flushed incomplete")
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
+    max_held_bytes: int = Field(384 * 1024 * 1024, gt=0, description="bytes of records held by open and retained "
+                                "sessions (estimated); past it retained records go, then sessions are written early")
 
 
 class RedactionPattern(_Strict):
@@ -93,9 +95,18 @@ class RedactorConfig(_Strict):
 
 
 class QueueConfig(_Strict):
-    """The bounded queue between the receivers and the pipeline."""
+    """Admission (`wt_otel.serve.budget`): what may wait in memory, and what one client may take of it."""
 
     max_queued_records: int = Field(100_000, gt=0, description="beyond it exports get 429 / RESOURCE_EXHAUSTED")
+    max_bytes: int = Field(512 * 1024 * 1024, gt=0, description="memory budget in bytes (estimated) for the queue, "
+                           "open sessions and retained records; past it exports get 429 / RESOURCE_EXHAUSTED")
+    max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
+                                      "a larger request is refused (413 / RESOURCE_EXHAUSTED): split it")
+    max_sessions_per_client: int = Field(2_500, gt=0, description="traces one client (peer address) may start per "
+                                         "session_window seconds once the budgets are fair_share_pressure full; "
+                                         "also the most traces one request may carry")
+    session_window: float = Field(30.0, gt=0)
+    fair_share_pressure: float = Field(0.5, ge=0, le=1)
 
 
 class ReplayResultsConfig(_Strict):

@@ -28,6 +28,7 @@ HELP = {
     "wt_otel_sessions_reopened_total": "Written sessions re-opened by late records (a new revision follows).",
     "wt_otel_pipeline_errors_total": "Sessions that could not be built or written (a bug; see the log).",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
+    "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
     "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",

@@ -3,7 +3,10 @@
 Receivers call `offer(records)`, which never blocks: the records are queued
 (ACCEPTED), or the queue is full (FULL -> HTTP 429 / gRPC RESOURCE_EXHAUSTED,
 the client retries later), or the pipeline is shutting down (CLOSED -> 503 /
-UNAVAILABLE). Nothing is buffered beyond `max_queued_records`.
+UNAVAILABLE). Nothing is buffered beyond `max_queued_records`, nor beyond the
+byte budget of `wt_otel.serve.budget.AdmissionControl` (which also refuses a
+batch too large to be fair, TOO_LARGE, and everything while the data dir cannot
+be written, UNAVAILABLE).
 
 One worker thread feeds queued batches to the `Consumer` (the processors) and
 calls its `tick(now)` at least every `tick_interval` seconds so time-based
@@ -19,10 +22,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from wt_otel.model.spans import Record
+from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.serve.pipeline")
@@ -32,6 +36,12 @@ class PipelineAdmission(enum.Enum):
     ACCEPTED = "accepted"
     FULL = "full"
     CLOSED = "closed"
+    TOO_LARGE = "too_large"  # the batch alone exceeds a client's share: split it (not retryable as is)
+    UNAVAILABLE = "unavailable"  # the data dir cannot be written (full disk): retry later
+
+
+_VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAdmission.TOO_LARGE,
+             Verdict.UNAVAILABLE: PipelineAdmission.UNAVAILABLE}
 
 
 class Consumer(Protocol):
@@ -44,13 +54,19 @@ class Consumer(Protocol):
 
 class Pipeline:
     def __init__(self, consumer: Consumer, metrics: Metrics | None = None, max_queued_records: int = 100_000,
-                 tick_interval: float = 0.5) -> None:
+                 tick_interval: float = 0.5, admission: AdmissionControl | None = None,
+                 housekeeping: Sequence[Callable[[], object]] = ()) -> None:
         self.consumer = consumer
         self.metrics = metrics or Metrics()
         self.max_queued_records = max_queued_records
         self.tick_interval = tick_interval
-        self._queue: queue.Queue[Sequence[Record] | None] = queue.Queue()
+        held = getattr(consumer, "held_bytes", None)
+        self.admission = admission or AdmissionControl(
+            BudgetConfig(max_records=max_queued_records), held=held if callable(held) else None)
+        self.housekeeping = list(housekeeping)  # run on the worker at every tick (retry deferred writes)
+        self._queue: queue.Queue[tuple[Sequence[Record], int] | None] = queue.Queue()
         self._queued = 0
+        self._queued_bytes = 0
         self._lock = threading.Lock()
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
@@ -63,35 +79,52 @@ class Pipeline:
     def queued(self) -> int:
         return self._queued
 
-    def offer(self, records: Sequence[Record]) -> PipelineAdmission:
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def offer(self, records: Sequence[Record], client: str | None = None) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
+        return self.admit(records, client)[0]
+
+    def admit(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
+        """`offer`, with the reason for a refusal (for the client's error message)."""
         n = len(records)
         with self._lock:
             if self._closed:
-                return PipelineAdmission.CLOSED
-            if self._queued + n > self.max_queued_records and self._queued > 0:
-                return PipelineAdmission.FULL
+                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
+            decision = self.admission.check(records, self._queued_bytes, self._queued, client)
+            if decision.verdict is not Verdict.ADMIT:
+                return _VERDICTS[decision.verdict], decision.reason
             self._queued += n
+            self._queued_bytes += decision.nbytes
             self.metrics.set("wt_otel_queue_depth", self._queued)
-            self._queue.put(records)
-        return PipelineAdmission.ACCEPTED
+            self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
+            self._queue.put((records, decision.nbytes))
+        return PipelineAdmission.ACCEPTED, ""
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
+            batch: tuple[Sequence[Record], int] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
-                batch = ()
+                batch = ((), 0)
             if batch is None:
                 break
             now = time.time()
-            if batch:
-                self._safely(self.consumer.consume, batch, now)
+            if batch[0]:
+                records, nbytes = batch
+                self._safely(self.consumer.consume, records, now)
                 with self._lock:
-                    self._queued -= len(batch)
+                    self._queued -= len(records)
+                    self._queued_bytes -= nbytes
                     self.metrics.set("wt_otel_queue_depth", self._queued)
+                    self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
             if time.monotonic() >= next_tick:
+                for job in self.housekeeping:
+                    self._safely(job)
                 self._safely(self.consumer.tick, now)
                 next_tick = time.monotonic() + self.tick_interval
 
@@ -112,3 +145,5 @@ class Pipeline:
         if self._worker.is_alive():
             self._worker.join(timeout)
         self._safely(self.consumer.close)
+        for job in self.housekeeping:  # a last try at writes deferred by a full disk
+            self._safely(job)

@@ -36,6 +36,7 @@ from wt_otel.components import (
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.budget import AdmissionControl, BudgetConfig
 from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -56,6 +57,7 @@ class SessionPipeline:
     session_stages: list[tuple[str, Any]] = field(default_factory=list)
     queue: Pipeline | None = None
     no_content_services: set[str] = field(default_factory=set)
+    admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
 
     @property
     def store(self) -> Any:
@@ -72,11 +74,9 @@ class SessionPipeline:
         each id other than the session's first goes through the stages after the flagger as a session of
         its own (key `<key>+<id>`), so every incident is its own scenario and none folds into another."""
         done = CompletedSession(session, spans)
-        after_flagger = 0
-        for n, (name, stage) in enumerate(self.session_stages):
-            stage.on_session(done)
-            if name == "flagger":
-                after_flagger = n + 1
+        after_flagger = self._run_stages(done)
+        if after_flagger is None:
+            return
         self._say_if_no_content(session)
         if not after_flagger:
             return
@@ -86,9 +86,28 @@ class SessionPipeline:
             other = dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
                                         flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
                                                     f"conversation of {session.flag_ref})")
-            extra = CompletedSession(other, spans)
-            for _, stage in self.session_stages[after_flagger:]:
-                stage.on_session(extra)
+            self._run_stages(CompletedSession(other, spans), start=after_flagger)
+
+    def _run_stages(self, done: CompletedSession, start: int = 0) -> int | None:
+        """The session stages from `start` on; the index after the flagger (0: none), None when halted."""
+        session, spans = done.session, done.spans
+        after_flagger = 0
+        for n, (name, stage) in enumerate(self.session_stages[start:], start):
+            try:
+                stage.on_session(done)
+            except Exception as exc:
+                store = self.store
+                if done.written is not None or store is None or not hasattr(store, "quarantine"):
+                    raise  # already stored (a later stage failed): the assembler logs and counts it
+                # hostile content must cost this session a stage, not its data
+                log.exception("session %s: stage %s failed", session.key, name)
+                store.quarantine(session, spans, f"stage {name} failed: {type(exc).__name__}: {exc}")
+                return None
+            if done.halted:  # the store deferred or quarantined it: nothing after it has a `written`
+                return None
+            if name == "flagger":
+                after_flagger = n + 1
+        return after_flagger
 
     def _say_if_no_content(self, session: Session) -> None:
         """Content capture off (the default of GenAI instrumentations): said once per service, with the
@@ -102,9 +121,34 @@ class SessionPipeline:
             self.context.warn(capture_hint(session))
 
     def start_queue(self, *, max_queued_records: int, tick_interval: float) -> Pipeline:
+        """The bounded queue in front of `head`, with admission control (`serve.queue`) and, when there is a
+        data dir, its health: a full disk stops acknowledging until deferred writes go through."""
+        q = self.context.serve_config.queue
+        held = getattr(self.assembler, "held_bytes", None)
+        self.admission = AdmissionControl(
+            BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
+                         max_records=max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
+                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure),
+            held=held if callable(held) else None)
+        housekeeping = []
+        store = self.store
+        if store is not None and hasattr(store, "retry_deferred"):
+            store.on_health = self._store_health
+            housekeeping.append(store.retry_deferred)
         self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
-                              tick_interval=tick_interval).start()
+                              tick_interval=tick_interval, admission=self.admission,
+                              housekeeping=housekeeping).start()
         return self.queue
+
+    def _store_health(self, reason: str | None) -> None:
+        """The data dir became unwritable (stop acknowledging) or writable again."""
+        if self.admission is not None:
+            self.admission.set_degraded("data dir", reason)
+        self.context.metrics.set("wt_otel_datadir_degraded", 1 if reason else 0)
+        if reason:
+            self.context.warn(f"data dir cannot be written ({reason}): refusing exports until it can")
+        else:
+            log.info("data dir writable again: accepting exports")
 
     def start_stages(self) -> None:
         """Start the session stages that run threads of their own (auto-replay's worker)."""
@@ -220,6 +264,11 @@ class Server:
     def replay(self) -> Any:
         """processors/auto_replay.AutoReplay when replay.enabled, once started; else None."""
         return self.stages.stages.get("auto-replay") if self.stages else None
+
+    @property
+    def admission(self) -> AdmissionControl | None:
+        """What the queue admits (byte budget, fair shares, store health), once started."""
+        return self.stages.admission if self.stages else None
 
     @property
     def grpc_port(self) -> int | None:

@@ -62,7 +62,7 @@ def test_capture_off_is_said_per_service_and_the_incident_is_not_replayed(tmp_pa
         assert 'wt_otel_sessions_without_content_total{service="order-bot"} 2' in metrics.render()
         assert metrics.get("wt_otel_replay_skipped_total", reason="no_conversation") == 2
         assert metrics.get("wt_otel_replays_queued_total") == 0
-        assert sum("NOT replayed: no conversation to replay" in w for w in warnings) == 2
+        assert sum("NOT queued for replay: no conversation to replay" in w for w in warnings) == 2
     finally:
         server.stop()
     assert not (tmp_path / "scenarios").exists() or not any((tmp_path / "scenarios").iterdir())

@@ -17,11 +17,12 @@ from wt_otel.ingest.dialects import (
     pydantic_ai,
     semconv,
     tools,
+    vercel_ai,
 )
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
-DIALECTS = (pydantic_ai, semconv, events, content_events, openllmetry, openinference, agents, tools)
+DIALECTS = (pydantic_ai, semconv, tools, events, content_events, openllmetry, openinference, agents, vercel_ai)
 
 
 def observe(span: SpanRecord) -> list[Observation]:

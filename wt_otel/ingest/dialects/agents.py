@@ -13,7 +13,7 @@ from typing import Any
 
 from wt_otel.ingest.dialects.common import base_call
 from wt_otel.ingest.dialects.tools import tool_execution
-from wt_otel.model.parts import from_openai_chat, text_of
+from wt_otel.ingest.messages import read_messages, split_system
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -50,11 +50,8 @@ def _generation(span: SpanRecord, data: dict[str, Any]) -> Observation:
     call = base_call(span, NAME)
     inputs = data["input"] if isinstance(data.get("input"), list) else []
     outputs = data["output"] if isinstance(data.get("output"), list) else []
-    call.system_instructions = [{"type": "text", "content": text_of(m.get("content")) or ""}
-                                for m in inputs if isinstance(m, dict) and m.get("role") == "system"]
-    call.input_messages = from_openai_chat([m for m in inputs if isinstance(m, dict) and m.get("role") != "system"])
-    call.output_messages = from_openai_chat([{**m, "role": m.get("role") or "assistant"}
-                                             for m in outputs if isinstance(m, dict)])
+    call.system_instructions, call.input_messages = split_system(read_messages(inputs))
+    call.output_messages = read_messages(outputs, "assistant")
     call.model = str(data.get("model")) if data.get("model") else call.model
     config = data["model_config"] if isinstance(data.get("model_config"), dict) else {}
     for k in ("temperature", "top_p", "max_tokens", "seed"):

@@ -8,7 +8,7 @@ OpenAI-style messages.
 from __future__ import annotations
 
 from wt_otel.ingest.dialects.common import as_list, base_call
-from wt_otel.model.parts import from_openai_chat, text_of
+from wt_otel.ingest.messages import read_messages, split_system
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -25,11 +25,6 @@ def extract(span: SpanRecord) -> list[Observation]:
     if prompt is None and completion is None:
         return []
     call = base_call(span, NAME)
-    messages = [m for m in prompt or [] if isinstance(m, dict)]
-    call.system_instructions = [{"type": "text", "content": text_of(m.get("content")) or ""}
-                                for m in messages if m.get("role") == "system"]
-    call.input_messages = from_openai_chat([m for m in messages if m.get("role") != "system"])
-    outputs = [c.get("message", c) if isinstance(c, dict) else c for c in completion or []]
-    call.output_messages = from_openai_chat([{**m, "role": m.get("role") or "assistant"}
-                                             for m in outputs if isinstance(m, dict)])
+    call.system_instructions, call.input_messages = split_system(read_messages(prompt or []))
+    call.output_messages = read_messages(completion or [], "assistant")
     return [call]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wt_otel.ingest.dialects.common import base_call
-from wt_otel.model.parts import from_openai_chat, is_placeholder, text_of
+from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, base_call, operation
+from wt_otel.ingest.messages import read_messages, split_system
+from wt_otel.model.parts import decode_json, is_placeholder, text_of
 from wt_otel.model.session import LLMCall, Observation
 from wt_otel.model.spans import Event, SpanRecord
 
@@ -32,8 +33,16 @@ def event_name(ev: Event) -> str:
 
 
 def extract(span: SpanRecord) -> list[Observation]:
+    op = operation(span)
+    if op == "execute_tool":  # Strands puts a tool's arguments and result in message events: `tools` reads them
+        return []
     events = [ev for ev in span.events if event_name(ev) in ROLES or event_name(ev) == CHOICE]
-    return [call_from_events(span, events, NAME)] if events else []
+    if not events:
+        return []
+    call = call_from_events(span, events, NAME)
+    # agent and loop spans (invoke_agent, Strands' execute_event_loop_cycle) repeat their model calls
+    call.is_transcript = op is not None and op not in INFERENCE_OPERATIONS
+    return [call]
 
 
 def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLMCall:
@@ -46,7 +55,9 @@ def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLM
         data = ev.body if isinstance(ev.body, dict) else dict(ev.attributes)
         name = event_name(ev)
         if name == CHOICE:
-            msg = data["message"] if isinstance(data.get("message"), dict) else data
+            msg = decode_json(data["message"])[0] if "message" in data else data
+            if not isinstance(msg, dict):  # Strands: the choice's content blocks as JSON text
+                msg = {"role": "assistant", "content": msg}
             captured |= _has_content(msg)
             outputs.append({"role": msg.get("role") or "assistant", "content": msg.get("content"),
                             "tool_calls": msg.get("tool_calls")})
@@ -59,14 +70,13 @@ def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLM
         if role == "tool":
             m["tool_call_id"] = data.get("id") or data.get("tool_call_id") or ""
         chat.append(m)
-    system = [m for m in chat if m["role"] == "system"]
-    call.system_instructions = [{"type": "text", "content": text_of(m["content"]) or ""} for m in system]
-    call.input_messages = from_openai_chat([m for m in chat if m["role"] != "system"])
-    call.output_messages = from_openai_chat(outputs)
+    call.system_instructions, call.input_messages = split_system(read_messages(chat))
+    call.output_messages = read_messages(outputs, "assistant")
     call.content_captured = captured
     return call
 
 
 def _has_content(data: dict[str, Any]) -> bool:
-    content = text_of(data.get("content"))
+    content = data.get("content")
+    content = text_of(content) if text_of(content) is not None else (content or None)
     return bool(data.get("tool_calls")) or (bool(content) and not is_placeholder(content))

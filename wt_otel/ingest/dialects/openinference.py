@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from wt_otel.ingest.dialects.common import as_list, base_call, tool_definition, unflatten
+from wt_otel.ingest.dialects.common import base_call, tool_definition, unflatten
 from wt_otel.ingest.dialects.tools import tool_execution
-from wt_otel.model.parts import decode_json, from_openai_chat, text_of
+from wt_otel.ingest.messages import read_messages, split_system
+from wt_otel.model.parts import decode_json
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -37,14 +38,20 @@ def extract(span: SpanRecord) -> list[Observation]:
             found.append(offered)
         return found
     if kind != "LLM":
+        if kind and any(k.startswith(("llm.input_messages.", "llm.output_messages.")) for k in a):
+            # CHAIN / AGENT spans (LangGraph nodes) echo part of the history: transcript evidence
+            view = base_call(span, NAME)
+            view.is_transcript = True
+            view.input_messages = split_system(read_messages([_chat(m) for m in unflatten(a, "llm.input_messages")]))[1]
+            view.output_messages = read_messages([_chat(m) for m in unflatten(a, "llm.output_messages")], "assistant")
+            return [view]
         return []
     call = base_call(span, NAME)
-    inputs = [_chat(m) for m in unflatten(a, "llm.input_messages")] or _raw_input(a.get("input.value"))
-    outputs = [_chat(m) for m in unflatten(a, "llm.output_messages")] or _raw_output(a.get("output.value"))
-    call.system_instructions = [{"type": "text", "content": text_of(m.get("content")) or ""}
-                                for m in inputs if m.get("role") == "system"]
-    call.input_messages = from_openai_chat([m for m in inputs if m.get("role") != "system"])
-    call.output_messages = from_openai_chat([{**m, "role": m.get("role") or "assistant"} for m in outputs])
+    inputs = read_messages([_chat(m) for m in unflatten(a, "llm.input_messages")]) or _raw(a.get("input.value"))
+    outputs = (read_messages([_chat(m) for m in unflatten(a, "llm.output_messages")], "assistant")
+               or _raw(a.get("output.value"), "assistant"))
+    call.system_instructions, call.input_messages = split_system(inputs)
+    call.output_messages = [m for m in outputs if m["role"] != "system"]
     if a.get("llm.finish_reason"):
         call.finish_reasons = [str(a["llm.finish_reason"])]
     tools = [t.get("tool", {}).get("json_schema") for t in unflatten(a, "llm.tools") if isinstance(t, dict)]
@@ -59,8 +66,7 @@ def _chat(entry: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.get("role") or "user"}
     content = m.get("content")
     if content is None and isinstance(m.get("contents"), list):
-        content = "".join(str(c.get("message_content", {}).get("text") or "") for c in m["contents"]
-                          if isinstance(c, dict))
+        content = [c.get("message_content", c) for c in m["contents"] if isinstance(c, dict)]
     out["content"] = content
     if m.get("tool_call_id"):
         out["tool_call_id"] = m["tool_call_id"]
@@ -70,15 +76,14 @@ def _chat(entry: Any) -> dict[str, Any]:
     return out
 
 
-def _raw_input(value: Any) -> list[dict[str, Any]]:
-    data, _ = decode_json(value)
+def _raw(value: Any, role: str = "user") -> list[dict[str, Any]]:
+    """The raw request / response JSON (`input.value`, `output.value`): only message-shaped content
+    counts (a bare prompt string on an LLM span is not evidence of a turn)."""
+    data, ok = decode_json(value)
+    if not ok or not isinstance(data, dict | list):
+        return []
     if isinstance(data, dict):
-        data = data.get("messages") or data.get("input")
-    return [m for m in as_list(data) or [] if isinstance(m, dict) and "role" in m]
-
-
-def _raw_output(value: Any) -> list[dict[str, Any]]:
-    data, _ = decode_json(value)
-    if isinstance(data, dict) and isinstance(data.get("choices"), list):
-        data = [c.get("message") for c in data["choices"] if isinstance(c, dict)]
-    return [m for m in as_list(data) or [] if isinstance(m, dict) and "role" in m]
+        data = next((data[k] for k in ("messages", "input", "choices", "output") if isinstance(data.get(k), list)),
+                    [data])
+    # only structured messages count: a list of reprs (LlamaIndex's ChatMessage) or strings is not a transcript
+    return read_messages([m for m in data if isinstance(m, dict | list)], role)

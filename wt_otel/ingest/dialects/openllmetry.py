@@ -16,7 +16,8 @@ from typing import Any
 
 from wt_otel.ingest.dialects.common import base_call, tool_definition, unflatten
 from wt_otel.ingest.dialects.tools import tool_execution
-from wt_otel.model.parts import decode_json, from_openai_chat, text_of
+from wt_otel.ingest.messages import read_messages, split_system
+from wt_otel.model.parts import decode_json
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -32,10 +33,8 @@ def extract(span: SpanRecord) -> list[Observation]:
     call = base_call(span, NAME)
     prompt = [_chat(m) for m in unflatten(a, "gen_ai.prompt") if isinstance(m, dict)]
     completion = [_chat(m) for m in unflatten(a, "gen_ai.completion") if isinstance(m, dict)]
-    call.system_instructions = [{"type": "text", "content": text_of(m.get("content")) or ""}
-                                for m in prompt if m.get("role") == "system"]
-    call.input_messages = from_openai_chat([m for m in prompt if m.get("role") != "system"])
-    call.output_messages = from_openai_chat([{**m, "role": m.get("role") or "assistant"} for m in completion])
+    call.system_instructions, call.input_messages = split_system(read_messages(prompt))
+    call.output_messages = read_messages(completion, "assistant")
     call.finish_reasons = [str(m["finish_reason"]) for m in completion if m.get("finish_reason")]
     call.tool_definitions = [d for d in map(tool_definition, unflatten(a, "llm.request.functions")) if d]
     return [call]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from wt_otel.ingest.dialects.common import as_list, base_call
 from wt_otel.ingest.dialects.events import call_from_events
-from wt_otel.model.parts import normalize_message
+from wt_otel.ingest.messages import read_messages, split_system
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import Event, SpanRecord
 
@@ -23,8 +23,7 @@ def extract(span: SpanRecord) -> list[Observation]:
     a = span.attributes
     if "pydantic_ai.all_messages" in a:
         call = base_call(span, NAME)
-        messages = [m for m in as_list(a["pydantic_ai.all_messages"]) or [] if isinstance(m, dict)]
-        call.input_messages = [normalize_message(m) for m in messages if m.get("role") != "system"]
+        call.input_messages = split_system(read_messages(a["pydantic_ai.all_messages"]))[1]
         call.is_transcript = True
         return [call]
     for key, transcript in (("events", False), ("all_messages_events", True)):

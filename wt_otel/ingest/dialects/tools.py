@@ -6,8 +6,8 @@ session builder then correlates by tool name and order.
 
 from __future__ import annotations
 
-from wt_otel.ingest.dialects.common import operation, span_error
-from wt_otel.model.parts import decode_arguments, decode_result, unwrap_mcp
+from wt_otel.ingest.dialects.common import base_call, operation, span_error, tool_definition
+from wt_otel.ingest.messages import tool_arguments, tool_result
 from wt_otel.model.session import Observation, ToolExecution
 from wt_otel.model.spans import SpanRecord
 
@@ -24,16 +24,31 @@ def extract(span: SpanRecord) -> list[Observation]:
         return []
     if not name:
         name = span.name.split(" ", 1)[1] if " " in span.name else span.name
-    return [tool_execution(span, str(name), _first_present(a, ARG_KEYS), _first_present(a, RESULT_KEYS),
-                           a.get("gen_ai.tool.call.id"), NAME)]
+    raw_args, raw_result = _first_present(a, ARG_KEYS), _first_present(a, RESULT_KEYS)
+    call_id = a.get("gen_ai.tool.call.id")
+    for ev in span.events:  # Strands: arguments in a gen_ai.tool.message event, the result in gen_ai.choice
+        data = ev.body if isinstance(ev.body, dict) else ev.attributes
+        kind = ev.name if ev.name.startswith("gen_ai.") else str(ev.attributes.get("event.name") or ev.name)
+        if kind == "gen_ai.tool.message" and raw_args is None:
+            raw_args, call_id = data.get("content"), call_id or data.get("id")
+        elif kind == "gen_ai.choice" and raw_result is None:
+            raw_result = data.get("message", data.get("content"))
+    found: list[Observation] = [tool_execution(span, str(name), raw_args, raw_result, call_id, NAME)]
+    definition = tool_definition({"name": name, "description": a.get("gen_ai.tool.description"),
+                                  "parameters": a.get("gen_ai.tool.json_schema")})
+    if definition and "input_schema" in definition:  # the tool span also says how the tool was offered
+        offered = base_call(span, NAME)
+        offered.is_transcript, offered.tool_definitions = True, [definition]
+        found.append(offered)
+    return found
 
 
 def tool_execution(span: SpanRecord, name: str, raw_args, raw_result, call_id, dialect: str) -> ToolExecution:
     """Build a ToolExecution, decoding JSON-encoded arguments and results."""
-    args, ok = decode_arguments(raw_args)
+    args, ok = tool_arguments(raw_args)
     error_type, error_message = span_error(span)
     return ToolExecution(
-        tool_name=name, args=args, result=unwrap_mcp(decode_result(raw_result)),
+        tool_name=name, args=args, result=tool_result(raw_result),
         tool_call_id=str(call_id) if call_id else None, span_id=span.span_id, trace_id=span.trace_id,
         start_ns=span.start_ns, end_ns=span.end_ns,
         error=(error_message or error_type) if error_type else None, args_decoded=ok, dialect=dialect,

@@ -74,6 +74,8 @@ class Outcome(enum.Enum):
     MALFORMED = "malformed"  # HTTP 400 / INVALID_ARGUMENT
     FULL = "full"  # HTTP 429 / RESOURCE_EXHAUSTED, retry later
     CLOSED = "closed"  # HTTP 503 / UNAVAILABLE, shutting down
+    TOO_LARGE = "too_large"  # HTTP 413 / RESOURCE_EXHAUSTED without retry info: split the batch
+    UNAVAILABLE = "unavailable"  # HTTP 503 / UNAVAILABLE + retry info: the data dir cannot be written
     ERROR = "error"  # a bug on our side: HTTP 500 / INTERNAL
 
 
@@ -228,8 +230,10 @@ class ExportResult:
 
 
 def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: Pipeline,
-           metrics: Metrics) -> ExportResult:
-    """Decode, validate, offer to the pipeline, count. Never blocks on the pipeline."""
+           metrics: Metrics, client: str | None = None) -> ExportResult:
+    """Decode, validate, offer to the pipeline, count. Never blocks on the pipeline.
+
+    `client` (the peer's address) keys the per-client session quota (`wt_otel.serve.budget`)."""
     if signal is Signal.METRICS:
         return drop_metrics(body, encoding, metrics)
     try:
@@ -242,15 +246,23 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
     if not decoded.records:
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
-    admission = pipeline.offer(decoded.records)
+    admit = getattr(pipeline, "admit", None)  # a bare `offer(records)` sink (the demo's) still works
+    admission, reason = admit(decoded.records, client) if admit else (pipeline.offer(decoded.records), "")
     n = len(decoded.records)
     if admission is PipelineAdmission.ACCEPTED:
         metrics.inc("wt_otel_records_accepted_total", n)
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
     if admission is PipelineAdmission.FULL:
         metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
-        return ExportResult(Outcome.FULL, f"the pipeline queue is full ({n} records refused); "
+        return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({n} records refused); "
                                           f"retry after {RETRY_AFTER_SECONDS}s")
+    if admission is PipelineAdmission.TOO_LARGE:
+        metrics.inc("wt_otel_records_rejected_total", n, reason="batch_too_large")
+        return ExportResult(Outcome.TOO_LARGE, f"{reason} ({n} records refused)")
+    if admission is PipelineAdmission.UNAVAILABLE:
+        metrics.inc("wt_otel_records_rejected_total", n, reason="store_unavailable")
+        return ExportResult(Outcome.UNAVAILABLE, f"wt-otel cannot write its data dir ({reason}); nothing was "
+                                                 f"accepted, retry after {RETRY_AFTER_SECONDS}s")
     metrics.inc("wt_otel_records_rejected_total", n, reason="shutting_down")
     return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
 

@@ -54,6 +54,12 @@ class ReceiversConfig(BaseModel):
     # checks after decompression, so a compressed gRPC message gets no more room than a plain one.
     max_message_bytes: int = Field(4 * MiB, gt=0, description="largest request body as sent")
     max_decompressed_bytes: int = Field(32 * MiB, gt=0, description="largest body after gzip decompression")
+    # OTLP/HTTP against slow and many clients: a request (line, headers, body) must arrive within
+    # http_read_timeout; connections beyond the limits get an immediate 503 + Retry-After.
+    http_read_timeout: float = Field(20.0, gt=0, description="seconds for a request to arrive whole")
+    http_backlog: int = Field(1024, gt=0, description="listen backlog (the kernel caps it at somaxconn)")
+    http_max_connections: int = Field(512, gt=0)
+    http_max_connections_per_client: int = Field(128, gt=0, description="open connections from one address")
     auth_token_file: Path | None = Field(None, description="require `Authorization: Bearer <the file's content>`")
     tls_cert: Path | None = Field(None, description="PEM certificate (with tls_key: TLS on both transports)")
     tls_key: Path | None = Field(None, description="PEM private key")

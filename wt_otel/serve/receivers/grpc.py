@@ -76,7 +76,8 @@ class _ExportServicer:
             self._abort(context, grpc.StatusCode.UNAUTHENTICATED,
                         "missing or wrong bearer token: send metadata 'authorization: Bearer <token>'")
         try:
-            result = export(self.signal, request, Encoding.PROTOBUF, self._pipeline, self._metrics)
+            result = export(self.signal, request, Encoding.PROTOBUF, self._pipeline, self._metrics,
+                            client=_peer_host(context))
         except Exception:  # a bug here must not look like the client's fault
             log.exception("OTLP/gRPC %s export failed", self.signal.value)
             self._abort(context, grpc.StatusCode.INTERNAL, "internal error in wt-otel (see its log)")
@@ -85,6 +86,8 @@ class _ExportServicer:
             return result.response(self.signal)
         if result.outcome is Outcome.MALFORMED:
             self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, result.message)
+        if result.outcome is Outcome.TOO_LARGE:  # no RetryInfo: the same batch would be refused again
+            self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, result.message)
         code = grpc.StatusCode.RESOURCE_EXHAUSTED if result.outcome is Outcome.FULL else grpc.StatusCode.UNAVAILABLE
         self._abort(context, code, result.message, retry=True)
 
@@ -115,6 +118,13 @@ class MetricsService(_ExportServicer, metrics_service_pb2_grpc.MetricsServiceSer
     """Accepts and drops metrics (counted), so an app exporting all signals here does not log failures."""
 
     signal = Signal.METRICS
+
+
+def _peer_host(context: grpc.ServicerContext) -> str | None:
+    """ "ipv4:127.0.0.1:5555" -> "127.0.0.1", "ipv6:[::1]:5555" -> "::1": the client, whichever port and transport."""
+    peer = context.peer() or ""
+    host = peer.partition(":")[2].rpartition(":")[0] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    return host.strip("[]") or None  # the same key as the HTTP receiver's client address
 
 
 def _metadata(context: grpc.ServicerContext, key: str) -> str | None:

@@ -8,7 +8,9 @@ path               method  answer
 /v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
 /v1/logs           POST    OTLP export
 /v1/metrics        POST    accepted and dropped (counted), so an app's metric exporter does not fail
-/healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes)
+/healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes);
+                           503 ``{"status":"degraded",...}`` while the data dir
+                           cannot be written (exports get 503 meanwhile)
 /metrics           GET     Prometheus text; needs the token when one is set,
                            because counters reveal traffic (Prometheus sends one
                            with ``authorization.credentials_file``)
@@ -27,6 +29,15 @@ concurrent exports), 503 + Retry-After (shutting down).
 Whenever a request is refused before its body is read, the connection is
 closed (``Connection: close``): the unread body would otherwise be parsed as
 the next request.
+
+Slow and many clients (issue 13): a request must arrive whole -- request
+line, headers and body -- within `http_read_timeout` seconds of its first
+byte being awaited, or the connection is answered 408 (body) or closed (a
+reaper thread ends stalled header reads); an export slot is taken only once
+the body is in, so slow senders cannot hold the slots that decoding needs.
+The listen backlog is `http_backlog`; beyond `http_max_connections` open
+connections (or `http_max_connections_per_client` from one address) a new
+connection gets an immediate 503 + Retry-After and is closed.
 """
 
 from __future__ import annotations
@@ -72,10 +83,24 @@ _CONTENT_TYPES = {
 }
 _MEDIA_TYPE = {Encoding.PROTOBUF: "application/x-protobuf", Encoding.JSON: "application/json"}
 # google.rpc.Code for the Status body of each HTTP error, as grpc-gateway maps them.
-_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 411: 3, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
+_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 408: 4, 411: 3, 413: 8, 415: 3, 429: 8, 500: 13, 503: 14}
 # Exports decoding at once; each holds up to max_message_bytes + max_decompressed_bytes.
 _MAX_CONCURRENT_EXPORTS = 32
+_MAX_CONCURRENT_INFLATIONS = 4  # 32 exports inflating to 31 MB each once held 1.2 GB
 _IDLE_TIMEOUT_SECONDS = 30  # a silent client (slowloris, dead peer) frees its thread after this
+_REAP_SLACK_SECONDS = 0.5  # the reaper gives the handler's own 408 this long to go out first
+
+
+def _refuse(conn: socket.socket) -> None:
+    """A canned 503 for a connection over the limits, sent without blocking the accept loop."""
+    body = b'{"code":14,"message":"too many connections; retry later"}'
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+            f"\r\nRetry-After: {RETRY_AFTER_SECONDS}\r\nConnection: close\r\n\r\n").encode()
+    if isinstance(conn, ssl.SSLSocket):  # no handshake yet: plain text would be garbage to it; just close
+        return
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        conn.send(head + body)
 _MAX_TRAILER_LINES = 64
 _LINGER_SECONDS = 2.0  # see _Handler._linger
 _LINGER_MAX_BYTES = 64 * 1024 * 1024
@@ -100,9 +125,16 @@ class OtlpHttpServer(ThreadingHTTPServer):
         host, port = split_endpoint(config.http_endpoint)
         if ":" in host:
             self.address_family = socket.AF_INET6
+        self.request_queue_size = config.http_backlog  # the listen backlog (the stdlib default is 5)
+        self._deadlines: dict[socket.socket, float] = {}  # connections reading a request, and by when
+        self._per_client: dict[str, int] = {}
+        self._peers: dict[socket.socket, str] = {}
+        self._reaper_stop = threading.Event()
         self.config, self.pipeline, self.metrics, self.token = config, pipeline, metrics, token
         self.stopping = False
         self.export_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_EXPORTS)
+        # a gzip export may inflate to max_decompressed_bytes and decode to several times that: few at once
+        self.inflate_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_INFLATIONS)
         self._connections: set[socket.socket] = set()
         self._busy = 0
         self._idle = threading.Condition()
@@ -111,6 +143,8 @@ class OtlpHttpServer(ThreadingHTTPServer):
             # The handshake runs in the connection's thread (see _Handler.setup), not in the accept loop,
             # so a client that never finishes it cannot stall everyone else.
             self.socket = ssl_context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
+        self._reaper = threading.Thread(target=self._reap, name="wt-otel-http-reaper", daemon=True)
+        self._reaper.start()
 
     @property
     def port(self) -> int:
@@ -119,14 +153,59 @@ class OtlpHttpServer(ThreadingHTTPServer):
     # -- connection and request tracking, for a graceful stop
 
     def process_request(self, request, client_address) -> None:
+        peer = str(client_address[0]) if client_address else ""
         with self._idle:
-            self._connections.add(request)
+            over = (len(self._connections) >= self.config.http_max_connections
+                    or self._per_client.get(peer, 0) >= self.config.http_max_connections_per_client)
+            if not over:
+                self._connections.add(request)
+                self._peers[request] = peer
+                self._per_client[peer] = self._per_client.get(peer, 0) + 1
+        if over:
+            self.metrics.inc("wt_otel_http_connections_refused_total")
+            _refuse(request)
+            self.shutdown_request(request)
+            return
         super().process_request(request, client_address)
 
     def shutdown_request(self, request) -> None:
         with self._idle:
-            self._connections.discard(request)
+            if request in self._connections:
+                self._connections.discard(request)
+                peer = self._peers.pop(request, "")
+                self._per_client[peer] -= 1
+                if not self._per_client[peer]:
+                    del self._per_client[peer]
+            self._deadlines.pop(request, None)
         super().shutdown_request(request)
+
+    # -- read deadlines (slow clients)
+
+    def arm(self, conn: socket.socket, seconds: float | None) -> None:
+        """The request on `conn` must be read within `seconds` (None: it is read; the deadline is off)."""
+        with self._idle:
+            if seconds is None:
+                self._deadlines.pop(conn, None)
+            else:
+                self._deadlines[conn] = time.monotonic() + seconds
+
+    def deadline(self, conn: socket.socket) -> float | None:
+        with self._idle:
+            return self._deadlines.get(conn)
+
+    def _reap(self) -> None:
+        """End connections whose request did not arrive in time (headers trickled in, say)."""
+        interval = min(1.0, max(0.05, self.config.http_read_timeout / 4))
+        while not self._reaper_stop.wait(interval):
+            now = time.monotonic()
+            with self._idle:
+                late = [c for c, t in self._deadlines.items() if t + _REAP_SLACK_SECONDS < now]
+                for conn in late:
+                    del self._deadlines[conn]
+            for conn in late:
+                self.metrics.inc("wt_otel_http_read_timeouts_total")
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -142,6 +221,7 @@ class OtlpHttpServer(ThreadingHTTPServer):
     def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let requests in progress finish (up to `grace` s), then drop idle keep-alives."""
         self.stopping = True
+        self._reaper_stop.set()
         self.shutdown()
         self.server_close()
         with self._idle:
@@ -165,8 +245,23 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self._unread_body = False
+        self.server.arm(self.connection, self.server.config.http_read_timeout)  # the TLS handshake, if any
         if isinstance(self.connection, ssl.SSLSocket):
             self.connection.do_handshake()
+
+    def handle_one_request(self) -> None:
+        """Idle (keep-alive) until the first byte, bounded by the socket timeout; from then on the
+        whole request must arrive within http_read_timeout (the reaper enforces it on header reads)."""
+        self.server.arm(self.connection, None)
+        try:
+            if not self.rfile.peek(1):  # type: ignore[attr-defined]  # a BufferedReader (makefile("rb"))
+                self.close_connection = True
+                return
+        except (OSError, ValueError):  # idle timeout, reset, closed
+            self.close_connection = True
+            return
+        self.server.arm(self.connection, self.server.config.http_read_timeout)
+        super().handle_one_request()
 
     def finish(self) -> None:
         super().finish()  # flushes the response
@@ -236,7 +331,13 @@ class _Handler(BaseHTTPRequestHandler):
                     if method != "GET":
                         self._status(405, f"{path} accepts GET only", encoding, close=True, allow="GET")
                     elif path == "/healthz":
-                        self._send(200, b'{"status":"ok"}', "application/json")
+                        admission = getattr(self.server.pipeline, "admission", None)
+                        degraded = admission.degraded if admission is not None else {}
+                        if degraded:  # exports are refused meanwhile (the data dir cannot be written)
+                            self._send(503, json.dumps({"status": "degraded", "reasons": degraded}).encode(),
+                                       "application/json", {"Retry-After": str(RETRY_AFTER_SECONDS)})
+                        else:
+                            self._send(200, b'{"status":"ok"}', "application/json")
                     elif self._authorized():
                         self._send(200, self.server.metrics.render().encode(), "text/plain; version=0.0.4")
                     else:
@@ -272,21 +373,32 @@ class _Handler(BaseHTTPRequestHandler):
         if content_encoding not in ("identity", "gzip", "x-gzip"):
             return self._status(415, f"unsupported Content-Encoding {content_encoding!r}: use gzip or none",
                                 encoding, close=True)
+        try:
+            body = self._read_body()  # no export slot held: a slow sender must not starve decoding
+        except _Reply as reply:
+            return self._status(reply.status, reply.message, encoding, close=reply.close)
+        finally:
+            self.server.arm(self.connection, None)
         if not self.server.export_slots.acquire(blocking=False):
-            return self._status(429, "too many concurrent exports; retry later", encoding, retry=True, close=True)
+            return self._status(429, "too many concurrent exports; retry later", encoding, retry=True)
+        inflating = content_encoding != "identity"
+        if inflating and not self.server.inflate_slots.acquire(blocking=False):
+            self.server.export_slots.release()
+            return self._status(429, "too many compressed exports being inflated at once; retry later", encoding,
+                                retry=True)
         try:
             try:
-                body = self._read_body()
                 if content_encoding != "identity":
                     body = gunzip_capped(body, self.server.config.max_decompressed_bytes)
-            except _Reply as reply:
-                return self._status(reply.status, reply.message, encoding, close=reply.close)
             except TooLarge as e:
                 return self._status(413, str(e), encoding)
             except MalformedRequest as e:
                 return self._status(400, str(e), encoding)
-            result = export(signal, body, encoding, self.server.pipeline, self.server.metrics)
+            result = export(signal, body, encoding, self.server.pipeline, self.server.metrics,
+                            client=self.client_address[0] if self.client_address else None)
         finally:
+            if inflating:
+                self.server.inflate_slots.release()
             self.server.export_slots.release()
         if result.outcome is Outcome.OK:
             response = result.response(signal)
@@ -295,7 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 payload = response.SerializeToString()
             return self._send(200, payload, _MEDIA_TYPE[encoding])
-        status = {Outcome.MALFORMED: 400, Outcome.FULL: 429, Outcome.CLOSED: 503}.get(result.outcome, 500)
+        status = {Outcome.MALFORMED: 400, Outcome.FULL: 429, Outcome.CLOSED: 503, Outcome.TOO_LARGE: 413,
+                  Outcome.UNAVAILABLE: 503}.get(result.outcome, 500)
         return self._status(status, result.message, encoding, retry=status in (429, 503))
 
     def _read_body(self) -> bytes:
@@ -314,10 +427,40 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(400, f"invalid Content-Length {length_text!r}", close=True) from None
         if length > cap:
             raise _Reply(413, f"body of {length} bytes exceeds the {cap}-byte limit (max_message_bytes)", close=True)
-        body = self.rfile.read(length)
+        body = self._read_exactly(length)
         if len(body) != length:
             raise _Reply(400, f"body ended after {len(body)} of {length} bytes", close=True)
         return body
+
+    def _read_exactly(self, n: int) -> bytes:
+        """Up to `n` bytes, before the request's read deadline (else 408); short only at EOF."""
+        out = bytearray()
+        while len(out) < n:
+            left = self._time_left()
+            self.connection.settimeout(left)
+            try:
+                chunk = self.rfile.read1(min(n - len(out), 65536))
+            except TimeoutError:
+                chunk = None
+            finally:
+                self.connection.settimeout(self.timeout)
+            if chunk is None or (not chunk and self._time_left() <= 0):
+                raise _Reply(408, f"the request body did not arrive within {self.server.config.http_read_timeout:g}s "
+                                  f"({len(out)} of {n} bytes read)", close=True)
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+
+    def _time_left(self) -> float:
+        deadline = self.server.deadline(self.connection)
+        if deadline is None:
+            return float(self.timeout)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Reply(408, f"the request did not arrive within {self.server.config.http_read_timeout:g}s",
+                         close=True)
+        return left
 
     def _read_chunked(self, cap: int) -> bytes:
         body = bytearray()
@@ -334,7 +477,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Reply(400, "too many trailer lines", close=True)
             if len(body) + size > cap:
                 raise _Reply(413, f"chunked body exceeds the {cap}-byte limit (max_message_bytes)", close=True)
-            chunk = self.rfile.read(size)
+            chunk = self._read_exactly(size)
             if len(chunk) != size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
                 raise _Reply(400, "chunked body is truncated or malformed", close=True)
             body += chunk

@@ -1,0 +1,157 @@
+"""Admission control: whether a batch may enter the pipeline, in one place.
+
+Every refusal here is decided before anything is acknowledged, so a refused
+client keeps its data and retries; once admitted, nothing is dropped. The
+rules, in order:
+
+1. the store is degraded (the data dir cannot be written, e.g. a full disk):
+   refuse everything (UNAVAILABLE -> 503 / UNAVAILABLE + retry info) until a
+   write succeeds again, so nothing more is acknowledged than can be kept;
+2. a batch larger than its share of the budget (`max_batch_bytes`,
+   `max_batch_records`, `max_batch_sessions`) can never fit fairly: refused
+   as TOO_LARGE (413 / RESOURCE_EXHAUSTED without retry info: split it);
+3. memory, in bytes, across the queue and what the processors hold (open
+   sessions, records retained for late spans): beyond `max_bytes`, FULL
+   (429 / RESOURCE_EXHAUSTED + retry info);
+4. fairness under pressure: each client (peer address) is counted the traces
+   it starts per `session_window` seconds (the distinct trace ids of each
+   batch). Once the budgets are `fair_share_pressure` full, a client past
+   `max_sessions_per_client` gets FULL, so the heavy exporter backs off while
+   the others still get in; without pressure nobody is throttled (one
+   collector forwarding everything is a single client and must not be).
+
+Kept free of transport and processor types so the ingest redesign can reuse it.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from wt_otel._util.sizeof import record_bytes
+
+MiB = 1024 * 1024
+
+
+class Verdict(enum.Enum):
+    ADMIT = "admit"
+    FULL = "full"  # retry later
+    TOO_LARGE = "too_large"  # never fits: split the batch
+    UNAVAILABLE = "unavailable"  # the store cannot write; retry later
+
+
+@dataclass(slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str = ""
+    nbytes: int = 0
+
+
+@dataclass
+class BudgetConfig:
+    max_bytes: int = 512 * MiB  # queue + open sessions + retained records
+    max_batch_fraction: float = 0.25  # one batch may take at most this share of each budget
+    max_records: int = 100_000  # queued records (the old record bound)
+    max_sessions_per_client: int = 2_500
+    session_window: float = 30.0
+    fair_share_pressure: float = 0.5  # the per-client quota bites once the budgets are this full
+    max_clients: int = 1024  # tracked peers (LRU)
+
+    @property
+    def max_batch_bytes(self) -> int:
+        return max(1, int(self.max_bytes * self.max_batch_fraction))
+
+    @property
+    def max_batch_records(self) -> int:
+        # a small queue (tests, tiny deployments) still takes a batch that fits it whole
+        return max(min(self.max_records, 1000), int(self.max_records * self.max_batch_fraction))
+
+
+class AdmissionControl:
+    """Thread-safe; `held()` reports the bytes the processors hold (0 when they do not say)."""
+
+    def __init__(self, config: BudgetConfig | None = None, held: Callable[[], int] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config or BudgetConfig()
+        self.held = held or (lambda: 0)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._degraded: dict[str, str] = {}
+        self._clients: OrderedDict[str, deque[tuple[float, int]]] = OrderedDict()
+        self._client_counts: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ health
+
+    def set_degraded(self, component: str, reason: str | None) -> None:
+        """`reason` None clears it. While any component is degraded, nothing is admitted."""
+        with self._lock:
+            if reason is None:
+                self._degraded.pop(component, None)
+            else:
+                self._degraded[component] = reason
+
+    @property
+    def degraded(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._degraded)
+
+    # ------------------------------------------------------------------ admission
+
+    def check(self, records: Sequence[object], queued_bytes: int, queued_records: int,
+              client: str | None = None) -> Decision:
+        """Whether `records` may be queued now; does not reserve (the caller does, under its lock)."""
+        cfg = self.config
+        with self._lock:
+            if self._degraded:
+                name, reason = next(iter(self._degraded.items()))
+                return Decision(Verdict.UNAVAILABLE, f"{name}: {reason}")
+        n = len(records)
+        if n > cfg.max_batch_records:
+            return Decision(Verdict.TOO_LARGE, f"a batch of {n} records is more than one client may send at once "
+                                               f"({cfg.max_batch_records}); split it into smaller batches")
+        nbytes = sum(record_bytes(r) for r in records)
+        if nbytes > cfg.max_batch_bytes:
+            return Decision(Verdict.TOO_LARGE, f"a batch holding ~{nbytes} bytes is more than one client may send "
+                                               f"at once ({cfg.max_batch_bytes} bytes); split it", nbytes)
+        traces = len({getattr(r, "trace_id", None) for r in records} - {None})
+        if traces > cfg.max_sessions_per_client:
+            return Decision(Verdict.TOO_LARGE, f"a batch of {traces} traces is more than one client may open "
+                                               f"({cfg.max_sessions_per_client} per {cfg.session_window:g}s); "
+                                               "split it", nbytes)
+        if queued_records and queued_records + n > cfg.max_records:
+            return Decision(Verdict.FULL, f"the pipeline queue is full ({queued_records} records)", nbytes)
+        held = self.held()
+        if queued_bytes + held + nbytes > cfg.max_bytes:
+            return Decision(Verdict.FULL, f"the memory budget is spent ({queued_bytes + held} of {cfg.max_bytes} "
+                                          "bytes held by the queue and open sessions)", nbytes)
+        pressure = max(queued_records / cfg.max_records, (queued_bytes + held) / cfg.max_bytes)
+        if client is not None and traces and not self._take_sessions(client, traces,
+                                                                     pressure >= cfg.fair_share_pressure):
+            return Decision(Verdict.FULL, f"wt-otel is busy and this client started more than "
+                                          f"{cfg.max_sessions_per_client} traces in {cfg.session_window:g}s",
+                            nbytes)
+        return Decision(Verdict.ADMIT, "", nbytes)
+
+    def _take_sessions(self, client: str, traces: int, enforce: bool) -> bool:
+        cfg = self.config
+        now = self.clock()
+        with self._lock:
+            window = self._clients.get(client)
+            if window is None:
+                window = self._clients[client] = deque()
+                self._client_counts[client] = 0
+                while len(self._clients) > cfg.max_clients:
+                    old, _ = self._clients.popitem(last=False)
+                    self._client_counts.pop(old, None)
+            self._clients.move_to_end(client)
+            while window and now - window[0][0] >= cfg.session_window:
+                self._client_counts[client] -= window.popleft()[1]
+            if enforce and self._client_counts[client] + traces > cfg.max_sessions_per_client:
+                return False
+            window.append((now, traces))
+            self._client_counts[client] += traces
+            return True
