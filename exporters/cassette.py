@@ -61,31 +61,68 @@ def _finish_reason(call: LLMCall, has_tools: bool) -> str:
     return call.finish_reasons[-1] if call.finish_reasons else "stop"
 
 
+# Provider prefixes a model id may carry (LiteLLM / OpenRouter style `openai/gpt-4o`); the spec's
+# request_context.model is "without provider prefix", the provider goes in `provider`.
+KNOWN_PROVIDERS = frozenset({
+    "openai", "anthropic", "ollama", "azure", "azure_ai", "bedrock", "aws.bedrock", "google", "gemini",
+    "vertex_ai", "gcp.vertex_ai", "gcp.gemini", "mistral", "mistral_ai", "groq", "cohere", "together_ai",
+    "openrouter", "deepseek", "xai", "fireworks_ai", "perplexity", "huggingface",
+})
+
+
+def split_model(model: str | None, provider: str | None) -> tuple[str, str | None]:
+    """(model without a provider prefix, provider): `openai/gpt-4o` -> (`gpt-4o`, `openai`).
+    Only a known provider (or the call's own) is a prefix: `meta-llama/Llama-3` keeps its slash."""
+    if not model:
+        return "unknown", provider
+    head, sep, tail = model.partition("/")
+    if sep and tail and (head.lower() in KNOWN_PROVIDERS or (provider and head.lower() == provider.lower())):
+        return tail, provider or head.lower()
+    return model, provider
+
+
+def network_metrics(call: LLMCall) -> dict[str, Any]:
+    """§2.2: ttfb equals the total for a unary call; for a streamed (or not-known-unary) call only
+    first-token evidence gives it, else it is unknown (null), never the total duration."""
+    duration = max(call.end_ns - call.start_ns, 0) / 1e6
+    if call.ttfb_ms is not None:
+        return {"ttfb_ms": min(call.ttfb_ms, duration) if duration else call.ttfb_ms,
+                "total_duration_ms": duration, "ttfb_source": "first_token"}
+    if call.stream is False:
+        return {"ttfb_ms": duration, "total_duration_ms": duration, "ttfb_source": "unary"}
+    return {"ttfb_ms": None, "total_duration_ms": duration, "ttfb_source": "unknown"}
+
+
 def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bool = False) -> dict[str, Any]:
     parts = [p for m in call.output_messages for p in m.get("parts", [])]
     text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
     tool_calls = [_tool_call(p) for p in parts if p.get("type") == "tool_call"]
-    duration = max(call.end_ns - call.start_ns, 0) / 1e6
-    frame: dict[str, Any] = {"delta_ms": 0.0, "chunk": text, "tool_calls": tool_calls,
+    metrics = network_metrics(call)
+    first_delta = metrics["ttfb_ms"] if call.stream and metrics["ttfb_ms"] is not None else 0.0
+    frame: dict[str, Any] = {"delta_ms": first_delta, "chunk": text, "tool_calls": tool_calls,
                              "finish_reason": _finish_reason(call, bool(tool_calls))}
     boundary: dict[str, Any] = {"occurred": bool(call.error_type)}
     if call.error_type:
         boundary.update(error_type=call.error_type, message=call.error_message or "")
     usage = call.usage
     prompt, completion = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+    model, provider = split_model(call.model, call.provider)
+    usage_out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if usage.get("total_tokens", prompt + completion) != prompt + completion:
+        # the producer's total counts more than the two halves (or one half is missing): keep it, additive
+        usage_out["reported_total_tokens"] = usage["total_tokens"]
     out: dict[str, Any] = {
         "request_context": {
-            "model": call.model or "unknown",
-            "provider": call.provider,
+            "model": model,
+            "provider": provider,
             "messages": chat_messages(call.system_instructions or system, call.input_messages),
             "parameters": {"temperature": call.sampler.get("temperature"),
                            "max_tokens": call.sampler.get("max_tokens"), "stream": bool(call.stream)},
         },
-        "network_metrics": {"ttfb_ms": duration, "total_duration_ms": duration},
+        "network_metrics": metrics,
         "response_timeline": [frame] if (parts or not call.error_type) else [],
         "exception_boundary": boundary,
-        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                  "total_tokens": usage.get("total_tokens", prompt + completion)},
+        "usage": usage_out,
         "span_id": call.span_id,
         "content_captured": call.content_captured,
     }

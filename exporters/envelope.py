@@ -22,8 +22,10 @@ def object_args(args: Any) -> dict[str, Any]:
     return args if isinstance(args, dict) else {"_raw_arguments": args}
 
 
-def source_ref(session: Session) -> str:
-    return session.flag_ref or session.trace_ids[0]
+def source_ref(session: Session) -> str | None:
+    """The incident ref, else the first trace id; None when there is neither (an envelope without
+    source.ref): no origin is invented."""
+    return session.flag_ref or (session.trace_ids[0] if session.trace_ids else None)
 
 
 def envelope(session: Session) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def envelope(session: Session) -> dict[str, Any]:
         "windtunnel_interchange": 1,
         "otel_genai_mapping": OTEL_GENAI_MAPPING,
         "source": {
-            "ref": source_ref(session),
+            **({"ref": source_ref(session)} if source_ref(session) else {}),
             "system": session.service_name or "otlp",
             "captured_at": iso_from_ns(session.ended_ns),
         },
@@ -65,6 +67,8 @@ def envelope(session: Session) -> dict[str, Any]:
         env["source"]["flag"] = session.flag_reason
     if session.redaction:
         env["redaction"] = session.redaction
+    if session.custom_spans:  # guardrails, handoffs, custom and new SDK span types: kept, never dropped
+        env["custom_spans"] = session.custom_spans
     return env
 
 

@@ -7,9 +7,12 @@ Shape (the common JUnit XML format every CI reads; see github.com/testmoapp/juni
         <properties> sweep_id, label, git_sha, wt_version, pack owner </properties>
         <testcase classname=PACK name=SCENARIO_ID time>                     one per scenario
           <properties> verdict, owner, origin, runs, runs_passed, run_id... </properties>
-          <failure message type="FAIL">layer details</failure>           FAIL
-          <error message type="ERROR|INVALID">detail</error>              ERROR, INVALID
-          <system-out>warnings the runs recorded, divergence</system-out>
+          <failure message type="FAIL">triage, layer details</failure>   FAIL
+          <error message type="ERROR|INVALID">triage, detail</error>      ERROR, INVALID
+          <system-out>warnings the runs recorded (surface invalid, divergence, state not wiped...)</system-out>
+
+Each failure and error starts with its triage category (`triage: recording_gap: ...`, see
+`wt_otel.scoring.triage`), also a testcase property, so CI output says who must act.
 
 PASS_WITH_VARIANCE is a pass (its variance is a property, not a failure).
 Scenarios without a pack go to the suite "default".
@@ -31,6 +34,7 @@ from pathlib import Path
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.components import ResultsFormatSpec
 from wt_otel.contracts.results import ScenarioResult, SweepResult
+from wt_otel.scoring.triage import WHO_ACTS
 
 DEFAULT_SUITE = "default"
 MAX_MESSAGE = 1000  # a message attribute is a one-line summary; the element's text has the rest
@@ -66,13 +70,18 @@ def _properties(parent: ET.Element, props: dict[str, object]) -> None:
 
 def layer_details(result: ScenarioResult) -> str:
     """Why a scenario did not pass, run by run and layer by layer (what a reviewer reads first)."""
-    lines = [result.detail] if result.detail else []
+    triage = getattr(result, "triage", None)
+    lines = [f"triage: {triage}: {WHO_ACTS.get(triage, '')}".rstrip(": ")] if triage else []
+    lines += [result.detail] if result.detail else []
     rates = ", ".join(f"{k} {v:.0%}" for k, v in result.layer_pass_rates.items())
     lines.append(f"runs passed {result.runs_passed}/{result.runs}" + (f"; layer pass rates: {rates}" if rates else ""))
     for score in result.scores:
         for name, layer in score.layers.items():
             if not layer.passed:
                 lines.append(f"run {score.run_index} {name}: {layer.detail or 'failed'}")
+    for entry in getattr(result, "robustness", None) or []:
+        lines.append(f"robustness {entry.get('perturbation')}: {'PASS' if entry.get('passed') else 'FAIL'}: "
+                     f"{entry.get('detail', '')}")
     return "\n".join(lines)
 
 
@@ -81,7 +90,8 @@ def _testcase(suite: ET.Element, result: ScenarioResult, classname: str) -> tupl
     _properties(case, {"verdict": result.verdict, "reviewed": None if result.reviewed else "false",
                        "reproduced": None if result.reproduced is None else str(result.reproduced).lower(),
                        "owner": result.owner, "origin": result.origin,
-                       "label": result.label, "model": result.model, "runs": result.runs,
+                       "label": result.label, "model": result.model, "quant": getattr(result, "quant", None),
+                       "triage": getattr(result, "triage", None), "runs": result.runs,
                        "runs_passed": result.runs_passed, "tags": ", ".join(result.tags),
                        **{f"run_id.{n}": rid for n, rid in enumerate(result.run_ids, 1)}})
     body = layer_details(result)
@@ -93,10 +103,13 @@ def _testcase(suite: ET.Element, result: ScenarioResult, classname: str) -> tupl
     elif result.verdict in ("ERROR", "INVALID"):
         _sub(case, "error", body, message=message, type=result.verdict)
         errors = 1
-    elif result.verdict == "PASS_WITH_VARIANCE":
-        _sub(case, "system-out", body)
     elif result.verdict == "UNREVIEWED":  # not a pass: CI shows it as skipped, with whether it reproduced
         _sub(case, "skipped", body, message=message)
+    out = [body] if result.verdict == "PASS_WITH_VARIANCE" else []
+    warnings = getattr(result, "warnings", None) or []
+    out += ["warnings:", *(f"- {w}" for w in warnings)] if warnings else []
+    if out:
+        _sub(case, "system-out", "\n".join(out))
     return failures, errors
 
 

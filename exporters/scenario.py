@@ -51,12 +51,13 @@ def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = Tru
     """
     ref = source_ref(session)
     tools = observed_tools(session)
-    tags = [f"origin:{ref}", "imported"] + (["unreviewed"] if unreviewed_tag or auto_replay else [])
+    tags = ([f"origin:{ref}"] if ref else []) + ["imported"] + (["unreviewed"] if unreviewed_tag or auto_replay
+                                                                    else [])
     tags += [AUTO_REPLAY_TAG] if auto_replay else []
     head = {
         "wt_scenario": 1,
         "id": scenario_id,
-        "description": f"Replay of incident {ref}",
+        "description": f"Replay of incident {ref}" if ref else f"Replay of imported session {scenario_id}",
         "tags": tags,
         "user_turns": session.user_turns or ["TODO: the user's request was not captured; write it here"],
         "requires_tool_use": bool(tools),

@@ -309,7 +309,8 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
                                    OI_KIND: "CHAIN"}
     for key, value in (("wt.pack", result.pack), ("wt.owner", result.owner), ("wt.label", result.label or sweep.label),
                        ("wt.origin.ref", result.origin), ("wt.model", result.model), ("wt.detail", result.detail),
-                       ("wt.tags", list(result.tags))):
+                       ("wt.tags", list(result.tags)), ("wt.quant", getattr(result, "quant", None)),
+                       ("wt.triage", getattr(result, "triage", None))):
         _put(attrs, key, value)
     for name, rate in result.layer_pass_rates.items():
         attrs[f"wt.layer.{name}.pass_rate"] = rate
@@ -321,6 +322,19 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
     span = PlannedSpan(f"scenario {result.scenario_id}", fallback_ns, fallback_ns, attrs, children=runs)
     if runs:
         span.start_ns, span.end_ns = min(r.start_ns for r in runs), max(r.end_ns for r in runs)
+    for entry in getattr(result, "robustness", None) or []:  # the robustness layer, one span per perturbation
+        child_attrs: dict[str, AttrValue] = {**common, "wt.layer": "robustness",
+                                             "wt.layer.robustness.passed": bool(entry.get("passed"))}
+        for key, value in (("wt.perturbation", entry.get("perturbation")), ("wt.perturbation.kind", entry.get("kind")),
+                           ("wt.perturbation.tool", entry.get("tool")), ("wt.run.id", entry.get("run_id")),
+                           ("wt.layer.robustness.detail", entry.get("detail"))):
+            _put(child_attrs, key, value)
+        child = PlannedSpan(f"robustness {entry.get('perturbation')}", span.end_ns, span.end_ns, child_attrs)
+        if entry.get("passed"):
+            child.status = "OK"
+        else:
+            child.fail(str(entry.get("detail") or "not handled"))
+        runs.append(child)
     if evidence.incident is not None:
         span.links.append(evidence.incident)
         _put(attrs, "wt.incident.trace_id", evidence.incident.trace_id)

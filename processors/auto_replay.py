@@ -256,7 +256,8 @@ class AutoReplay:
         return RunOptions(runtime=t.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
                           universe_port=t.universe_port, llm_port=t.llm_port, label=LABEL,
                           emit=lambda text: log.debug("%s", text), selection={"auto_replay": True},
-                          ledger=False)  # appended here, so an abandoned replay cannot add a second row
+                          ledger=False,  # appended here, so an abandoned replay cannot add a second row
+                          synthesize=c.synthesize)
 
     def _work(self) -> None:
         for stale in self.queue.interrupted():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,26 @@ class TurnOutcome:
     reply: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    model: str | None = None  # the model the last chat completion said answered (its response's `model`)
+
+
+# the turn's list of answering models: the client wrapper below appends to it (the call runs in the turn's task)
+_answered_by: ContextVar[list[str] | None] = ContextVar("wt_answered_by", default=None)
+
+
+def _remember_models(client: AsyncOpenAI) -> None:
+    """Note each chat completion's `model` (what answered, e.g. a dated snapshot), for the inject response's
+    additive `model`; this client's `create` only, nothing process-wide."""
+    create = client.chat.completions.create
+
+    async def create_and_remember(*args: Any, **kwargs: Any) -> Any:
+        response = await create(*args, **kwargs)
+        models, model = _answered_by.get(), getattr(response, "model", None)  # a stream has no `model` here
+        if models is not None and isinstance(model, str) and model:
+            models.append(model)
+        return response
+
+    client.chat.completions.create = create_and_remember  # type: ignore[method-assign]
 
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
@@ -118,6 +139,7 @@ class ReferenceAgent:
         self._client = AsyncOpenAI(
             base_url=self.config.openai_base_url, api_key=self.config.openai_api_key, max_retries=0
         )
+        _remember_models(self._client)
         self._model = OpenAIChatCompletionsModel(model=self.config.model, openai_client=self._client)
 
     async def aclose(self) -> None:
@@ -173,6 +195,8 @@ class ReferenceAgent:
     # ------------------------------------------------------------ one turn
 
     async def _run_turn(self, session_id: str, text: str, timeout_s: float, recorder: ToolCallRecorder) -> TurnOutcome:
+        models: list[str] = []
+        _answered_by.set(models)  # this task's own context: concurrent turns never mix
         turn_input = [*self.histories.get(session_id, []), {"role": "user", "content": text}]
         async with AsyncExitStack() as stack:
             servers = [await stack.enter_async_context(self._mcp_server(timeout_s))] if self.config.mcp_url else []
@@ -185,8 +209,9 @@ class ReferenceAgent:
         reply = result.final_output if isinstance(result.final_output, str) else str(result.final_output or "")
         calls = tool_calls_of(result.new_items)
         if not reply:  # the wire allows an empty reply only next to an error
-            return TurnOutcome(tool_calls=calls, error="the model returned an empty reply")
-        return TurnOutcome(reply=reply, tool_calls=calls)
+            return TurnOutcome(tool_calls=calls, error="the model returned an empty reply",
+                               model=models[-1] if models else None)
+        return TurnOutcome(reply=reply, tool_calls=calls, model=models[-1] if models else None)
 
     def _mcp_server(self, timeout_s: float) -> MCPServerStreamableHttp:
         return MCPServerStreamableHttp(

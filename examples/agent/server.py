@@ -96,6 +96,8 @@ def create_app(config: AgentConfig) -> Starlette:
             return _bad_request(exc)
         outcome = await agent.inject(session_id, text, timeout_s, incident)
         response: dict[str, Any] = {"wt_inject": VERSION, "reply": outcome.reply, "tool_calls": outcome.tool_calls}
+        if outcome.model:  # additive: the model the response named, so the driver's ledger can name it
+            response["model"] = outcome.model
         if outcome.error:
             response["error"] = outcome.error
         return JSONResponse(response)
@@ -118,7 +120,8 @@ def create_app(config: AgentConfig) -> Starlette:
         except Exception as exc:  # the tool server is down: an honest failure, never a partial surface
             return JSONResponse({"wt_inject": VERSION, "error": f"cannot list tools at {config.mcp_url}: "
                                  f"{type(exc).__name__}: {exc}"}, status_code=503)
-        return JSONResponse({"wt_inject": VERSION, "surface": reported})
+        # `model` is additive: surface goldens (`wt-otel surface`) then catch a model swap too
+        return JSONResponse({"wt_inject": VERSION, "surface": reported, "model": config.model})
 
     app = Starlette(lifespan=lifespan, routes=[
         Route("/wt/inject", inject, methods=["POST"]),

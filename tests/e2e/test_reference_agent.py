@@ -132,6 +132,7 @@ def inject(base: str, session_id: str, text: str, timeout_s: float = 20, **extra
 
 def test_inject_returns_reply_and_object_arguments_the_universe_witnessed(agent: str, universe: UniverseMCPServer):
     body = inject(agent, "s-1", "What is the email on file for Bluewing?")
+    assert body.pop("model") == "gpt-4o-mini"  # additive: the model that answered, for the driver's ledger
     assert body == {"wt_inject": 1, "reply": FIRST_ANSWER, "tool_calls": [{"name": "client_lookup",
                                                                             "arguments": LOOKUP}]}
     [call] = universe.call_log()
@@ -160,6 +161,7 @@ def test_surface_reports_instructions_and_mcp_tools(agent: str):
     status, body = post(agent, "/wt/surface", {"wt_inject": 1})
     assert status == 200
     tool = UNIVERSE["tools"][0]
+    assert body.pop("model") == "gpt-4o-mini"  # additive, for surface goldens
     assert body == {"wt_inject": 1, "surface": {
         "system_instructions": [{"type": "text", "content": INSTRUCTIONS}],
         "tool_definitions": [{"name": tool["name"], "description": tool["description"],
@@ -171,8 +173,9 @@ def test_surface_reports_instructions_and_mcp_tools(agent: str):
 def test_without_tools_every_key_is_still_present(llm: FakeLLM):
     with start_in_thread(AgentConfig(mcp_url=None, openai_base_url=llm.base_url, instructions=""), port=0) as srv:
         assert post(srv.url, "/wt/surface", {"wt_inject": 1}) == (200, {"wt_inject": 1, "surface": {
-            "system_instructions": [], "tool_definitions": [], "extra_segments": []}})
-        assert inject(srv.url, "s-1", "hello") == {"wt_inject": 1, "reply": FIRST_ANSWER, "tool_calls": []}
+            "system_instructions": [], "tool_definitions": [], "extra_segments": []}, "model": "gpt-4o-mini"})
+        assert {k: v for k, v in inject(srv.url, "s-1", "hello").items() if k != "model"} == {
+            "wt_inject": 1, "reply": FIRST_ANSWER, "tool_calls": []}
 
 
 @pytest.mark.parametrize(("route", "body", "message"), [

@@ -11,6 +11,7 @@ one module per family and are registered on it here:
     servers      universe (serve, freeze), cassette (serve)
     conformance  conformance
     replay       run, report, check
+    surface      surface (fetch, diff, drift)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import click
 
 from wt_otel import __version__
-from wt_otel.cli import conformance, files, replay, serve, servers
+from wt_otel.cli import conformance, files, replay, serve, servers, surface
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,7 +29,8 @@ def main() -> None:
 
 
 for _command in (files.schema, files.validate, files.import_, serve.serve, serve.flag, servers.universe,
-                 servers.cassette, conformance.conformance, replay.run_, replay.report_, replay.check_):
+                 servers.cassette, conformance.conformance, replay.run_, replay.report_, replay.check_,
+                 surface.surface):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -33,6 +33,11 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="replay: serve each scenario's llm.cassette.json as an OpenAI-compatible API.")
 @click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="How the cassette server matches requests (with --llm replay).")
+@click.option("--pace", is_flag=True,
+              help="With --llm replay: replay the recorded latencies (time to first token, gaps between frames).")
+@click.option("--perturb", "perturb", multiple=True, metavar="KIND[:TOOL[:ARG]]",
+              help="A robustness run per flag, for every scenario: error:TOOL[:MESSAGE], empty:TOOL, "
+                   "slow:TOOL[:SECONDS] (TOOL * for all); results in the robustness layer, which joins the gate.")
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
 @click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
@@ -57,7 +62,8 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, pace: bool, perturb: tuple[str, ...],
+         universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -98,6 +104,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
 
     from wt_otel._util.otlp_env import resolve_otlp
     from wt_otel.contracts.inject import RuntimeSpecError
+    from wt_otel.contracts.perturbation import parse_flag
     from wt_otel.replay.packs import PackError
     from wt_otel.replay.runner import RunOptions, Sweep, load_all
     from wt_otel.replay.runtimes import resolve_runtime
@@ -106,6 +113,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     from wt_otel.reporting.outputs import infer_format, write_results
 
     try:
+        perturbations = [parse_flag(spec) for spec in perturb]
         fmt = infer_format(fmt, out)
         dirs = find_scenarios(list(paths))
         settings = resolve_otlp(otlp_endpoint, otlp_protocol, otlp_headers or None, explicit_source="--otlp-endpoint")
@@ -119,8 +127,13 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     except (NoScenarios, RuntimeSpecError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
-    if inject_url and runtime.name != "http_inject":
-        click.echo("error: --inject-url applies to --runtime http_inject only", err=True)
+    if pace and llm != "replay":
+        runtime.close()
+        click.echo("error: --pace applies to --llm replay only (it paces the recorded LLM)", err=True)
+        ctx.exit(2)
+    if inject_url and runtime.name.startswith("python"):
+        runtime.close()
+        click.echo("error: --inject-url applies to --runtime http_inject (or an entry-point runtime) only", err=True)
         ctx.exit(2)
     selection = from_options(scenario_globs, tags, packs, owners)
     try:
@@ -142,7 +155,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
                       transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("starting", total=None)
             options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
-                                 llm_match=llm_match, universe_port=universe_port,
+                                 llm_match=llm_match, pace=pace, perturbations=perturbations,
+                                 universe_port=universe_port,
                                  llm_port=llm_port, label=label, emit=click.echo,
                                  progress=lambda text: bar.update(task, description=text),
                                  selection=selection.to_dict())
@@ -224,8 +238,8 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 
 @click.command("check")
 @click.argument("dump", metavar="[DUMP]", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--suite", "suite_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              metavar="SUITE.yaml", help="The trace2test suite (by convention tests/agents/*.t2t.yaml).")
+@click.option("--suite", "suite_paths", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="SUITE.yaml", help="A trace2test suite (repeatable) [every tests/agents/*.t2t.yaml].")
 @click.option("--format", "fmt", type=click.Choice(["text", *names("results_formats")]), default="text",
               show_default=True, help="A registered results format (junit, json, ...) also writes the results "
                                       "document to --out (the text lines still print).")
@@ -234,33 +248,42 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
 @selection_options
 @click.pass_context
-def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, out: Path | None,
+def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...], fmt: str, out: Path | None,
            trace_id: str | None, **selectors: tuple[str, ...]) -> None:
-    """Check a recorded trace against a trace2test suite, offline: no agent, no network, no model.
+    """Check recorded traces against trace2test suites, offline: no agent, no network, no model.
+
+    Without --suite, every tests/agents/*.t2t.yaml (the convention) is
+    checked; --suite may be repeated. Each suite is judged on DUMP when given,
+    else on its own runner.trace (relative to the suite file).
 
     DUMP is an OTLP dump (JSON lines or protobuf, any supported GenAI
     dialect), OpenAI Agents SDK JSONL, generic JSONL or a *.wtin.json
-    envelope; without it, the suite's runner.trace (relative to the suite
-    file) is read. The dump must hold one session (or pick one with
-    --trace-id). Assertions are judged on server-witnessed tool calls when
-    the dump has execute_tool / TOOL spans, else on the transcript.
+    envelope. The dump must hold one session (or pick one with --trace-id).
+    Assertions are judged on server-witnessed tool calls when the dump has
+    execute_tool / TOOL spans, else on the transcript.
 
     \b
-    One line per test, then the failing assertions' details:
+    Per suite, one line per test, then the failing assertions' details:
       PASS safe-refund: Refund requires identity verification
       FAIL wrong-order: ...
           tests[1].assertions[0] tool-sequence: expected [...], got [...] (evidence: ...)
 
-    Exit status: 0 every test passed; 1 a test failed; 2 an invalid suite
-    (each problem with its YAML path), an unreadable trace, or bad flags.
+    JUnit: one <testsuite> per suite. Exit status: 0 every test passed; 1 a
+    test failed; 2 no suite found, an invalid suite (each problem with its
+    YAML path), an unreadable trace, or bad flags.
     """
+    from wt_otel.contracts.results import SweepResult
     from wt_otel.reporting.outputs import infer_format, write_results
-    from wt_otel.scoring.check import CheckInputError, SuiteError, run_check
+    from wt_otel.scoring.check import CheckInputError, SuiteError, discover_suites, run_check
 
     try:
         fmt = infer_format(None if fmt == "text" else fmt, out) or "text"
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    suites = list(dict.fromkeys(suite_paths)) or discover_suites(Path())
+    if not suites:
+        click.echo("error: no suite: pass --suite FILE or put suites in tests/agents/*.t2t.yaml", err=True)
         ctx.exit(2)
     from wt_otel.replay.selection import Candidate, EmptySelection, from_options, select
 
@@ -271,17 +294,33 @@ def check_(ctx: click.Context, dump: Path | None, suite_path: Path, fmt: str, ou
         notes.extend(picked.warnings)
         return picked.items
 
-    try:
-        run = run_check(suite_path, dump, trace_id, select=chosen)
-    except (SuiteError, CheckInputError, EmptySelection) as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
-    for note in notes:
+    runs, broken = [], False
+    for suite_path in suites:
+        try:
+            run = run_check(suite_path, dump, trace_id, select=chosen)
+        except (SuiteError, CheckInputError, EmptySelection) as exc:
+            click.echo(f"error: {exc}", err=True)
+            broken = True
+            continue
+        if len(suites) > 1:
+            click.echo(f"== {run.suite.name or suite_path} ({suite_path})")
+        for warning in run.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(run.text(), nl=False)
+        runs.append(run)
+    for note in dict.fromkeys(notes):
         click.echo(f"warning: {note}", err=True)
-    for warning in run.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    click.echo(run.text(), nl=False)
-    if out is not None:
-        write_results(run.sweep(), fmt, out)
+    if out is not None and runs:
+        sweeps = [run.sweep() for run in runs]
+        names = [s.scenarios[0].pack if s.scenarios else "" for s in sweeps]
+        for sweep, run in zip(sweeps, runs, strict=True):  # one <testsuite> per suite, even when names repeat
+            if names.count(run.suite.name) > 1:
+                for record in sweep.scenarios:
+                    record.pack = f"{run.suite.name} ({run.suite.path})"
+        merged = SweepResult(sweep_id=sweeps[0].sweep_id, started_at=sweeps[0].started_at,
+                             finished_at=sweeps[-1].finished_at, wt_version=sweeps[0].wt_version,
+                             scenarios=[r for s in sweeps for r in s.scenarios],
+                             selection={"suites": [str(r.suite.path) for r in runs]})
+        write_results(merged, fmt, out)
         click.echo(f"{fmt} results in {out}", err=True)
-    ctx.exit(0 if run.passed else 1)
+    ctx.exit(2 if broken else 0 if all(run.passed for run in runs) else 1)

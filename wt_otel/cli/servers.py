@@ -33,8 +33,11 @@ def universe() -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8648, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--synthesize", "synthesize_spec", metavar="MODULE:ATTR",
+              help="The synthesize hook, called as hook(tool_name, args, universe) on a miss under on_miss: "
+                   "synthesize (the universe file's folder and the current directory are importable).")
 @click.pass_context
-def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None:
+def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthesize_spec: str | None) -> None:
     """Serve FILE (*.universe.json) as an MCP server (streamable HTTP) until Ctrl-C.
 
     Prints the MCP URL, then one line per tool call with how it was answered
@@ -45,16 +48,24 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int) -> None
 
     from wt_otel.contracts.problems import ContractError
     from wt_otel.replay.mcp_server import UniverseMCPServer
-    from wt_otel.replay.universe import RecordedUniverse
+    from wt_otel.replay.universe import RecordedUniverse, divergence_of
 
     def show(entry: dict) -> None:
         args = json.dumps(entry["args"], ensure_ascii=False)
         flag = " ERROR" if entry["is_error"] else ""
-        div = " DIVERGENCE" if entry["divergence"] else ""
+        div = " DIVERGENCE" if divergence_of(entry) else ""
         click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}")
 
+    from wt_otel._util.hooks import HookError, load_hook
+
     try:
-        engine = RecordedUniverse.from_file(str(file), on_call=show)
+        hook = load_hook(synthesize_spec, "synthesize hook", extra_path=str(file.resolve().parent)) \
+            if synthesize_spec else None
+    except HookError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    try:
+        engine = RecordedUniverse.from_file(str(file), on_call=show, synthesize=hook)
     except (ContractError, ValueError) as exc:
         click.echo(f"error: {file}: {exc}", err=True)
         ctx.exit(1)

@@ -90,7 +90,10 @@ class RequestContext(ContractModel):
 
 
 class NetworkMetrics(ContractModel):
-    ttfb_ms: float = Field(0.0, ge=0)
+    """`ttfb_ms` null: the telemetry held no first-token evidence for a streamed call (unknown,
+    never guessed; the additive `ttfb_source` says where a known value came from)."""
+
+    ttfb_ms: float | None = Field(0.0, ge=0)
     total_duration_ms: float = Field(0.0, ge=0)
 
 
@@ -121,11 +124,67 @@ class ExceptionBoundary(ContractModel):
     error_type: str | None = None
     message: str | None = None
 
+    @model_validator(mode="after")
+    def _quiet_when_not_occurred(self) -> ExceptionBoundary:
+        # §2.3: "When occurred: false, error_type and message are omitted."
+        if not self.occurred:
+            raise_at(
+                [
+                    ((name,), "must be omitted while occurred is false (§2.3; set occurred: true or drop it)")
+                    for name in ("error_type", "message")
+                    if name in self.model_fields_set
+                ]
+            )
+        return self
+
 
 class Usage(ContractModel):
     prompt_tokens: int = Field(0, ge=0)
     completion_tokens: int = Field(0, ge=0)
     total_tokens: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _total_is_the_sum(self) -> Usage:
+        if "total_tokens" in self.model_fields_set:
+            want = self.prompt_tokens + self.completion_tokens
+            if self.total_tokens != want:
+                raise_at(
+                    [
+                        (
+                            ("total_tokens",),
+                            f"must be the sum of prompt_tokens and completion_tokens ({want}), "
+                            f"got {self.total_tokens}",
+                        )
+                    ]
+                )
+        return self
+
+
+def _timeline_errors(
+    timeline: list[Frame] | None, parameters: Parameters | None, loc: Loc = ()
+) -> list[tuple[Loc, str]]:
+    """§2.2: only the final frame carries finish_reason; a call that says it is unary
+    (`stream: false` written out) is at most one frame, with delta_ms 0."""
+    if not timeline:
+        return []
+    errors: list[tuple[Loc, str]] = []
+    last = len(timeline) - 1
+    for i, frame in enumerate(timeline[:-1]):
+        if frame.finish_reason is not None:
+            errors.append(((*loc, "response_timeline", i, "finish_reason"),
+                           f"may appear on the final frame only (frame {i} of {last + 1}; §2.2)"))
+    if timeline[-1].tool_calls and timeline[-1].finish_reason not in (None, "tool_calls"):
+        errors.append(((*loc, "response_timeline", last, "finish_reason"),
+                       f'must be "tool_calls" on a frame that calls tools, got {timeline[-1].finish_reason!r}'))
+    if parameters is not None and "stream" in parameters.model_fields_set and not parameters.stream:
+        if len(timeline) > 1:
+            errors.append(((*loc, "response_timeline"),
+                           f"must hold exactly 1 frame for a unary call (parameters.stream is false), "
+                           f"got {len(timeline)} (§2.2; set stream: true for a streamed call)"))
+        elif timeline[0].delta_ms != 0:
+            errors.append(((*loc, "response_timeline", 0, "delta_ms"),
+                           f"must be 0 for a unary call (parameters.stream is false), got {timeline[0].delta_ms}"))
+    return errors
 
 
 class RawPayload(ContractModel):
@@ -144,6 +203,11 @@ class CassetteCall(ContractModel):
     exception_boundary: ExceptionBoundary | None = None
     usage: Usage | None = None
     raw_payload: RawPayload | None = None
+
+    @model_validator(mode="after")
+    def _timeline_rules(self) -> CassetteCall:
+        raise_at(_timeline_errors(self.response_timeline, self.request_context.parameters))
+        return self
 
 
 class TraceEntry(ContractModel):
@@ -169,6 +233,8 @@ class TraceEntry(ContractModel):
                     if getattr(self, name) is None
                 ]
             )
+        context = self.request_context
+        raise_at(_timeline_errors(self.response_timeline, context.parameters if context else None))
         return self
 
     def llm_calls(self) -> list[CassetteCall]:

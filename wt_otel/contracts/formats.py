@@ -23,6 +23,7 @@ from wt_otel.contracts.problems import Problem, load
 from wt_otel.contracts.results import SCORE_SUFFIX, LedgerRow, RunScore, SweepResult
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace, load_trace
 from wt_otel.contracts.scenario import Scenario, load_scenario
+from wt_otel.contracts.surface import SURFACE_SUFFIX, SurfaceGolden, load_golden
 from wt_otel.contracts.universe import Universe, lint_universe, load_universe
 
 __all__ = ["ENVELOPE", "FORMATS", "SCHEMA_DIALECT", "VALIDATED", "Format", "by_name", "from_file_name",
@@ -81,6 +82,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            partial(load, InjectResponse), "wt_inject"),
     Format("surface-response", SurfaceResponse, "wt-otel Contract C /wt/surface response body",
            partial(load, SurfaceResponse)),
+    Format("surface", SurfaceGolden, "wt-otel golden surface (*.surface.json, wt-otel surface fetch)", load_golden,
+           "wt_surface", (SURFACE_SUFFIX,), validated=True),
 )}
 
 VALIDATED = tuple(name for name, f in FORMATS.items() if f.validated)

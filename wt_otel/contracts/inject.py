@@ -151,6 +151,9 @@ class InjectResponse(ContractModel):
     tool_calls: Annotated[list[ToolCall], _required_array(
         "every tool call of the turn in invocation order, [] when the agent called none")]
     error: Annotated[str | None, Rule(_error)] = None
+    # additive (v1 allows additive fields): what the endpoint's model reported answering, for the ledger
+    model: str | None = None
+    quant: str | None = None
 
     @model_validator(mode="after")
     def _reply_or_error(self) -> InjectResponse:
@@ -292,3 +295,5 @@ class TurnResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     error: str | None = None
     latency_ms: float = 0.0
+    model: str | None = None  # the model the endpoint says answered (additive `model` of the response)
+    quant: str | None = None  # its quantization, when the endpoint reports one

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-LAYERS = ("outcome", "trajectory", "constraint", "integrity")
+LAYERS = ("outcome", "trajectory", "constraint", "robustness", "integrity")
 SCORE_SUFFIX = ".score.json"  # the per-run score sidecar, beside `run-<n>.trace.json`
 # UNREVIEWED: an auto-imported incident whose default checks passed; it is not a pass (wt_otel.scoring.review)
 Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR", "UNREVIEWED"]
@@ -52,15 +52,20 @@ class ScenarioResult(_Model):
     tags: list[str] = Field(default_factory=list)
     origin: str | None = None
     model: str | None = None
+    quant: str | None = None
     sampler: dict[str, Any] = Field(default_factory=dict)
     verdict: Verdict
     detail: str | None = None
+    triage: str | None = None  # who must act on a non-pass: see wt_otel.scoring.triage
+    warnings: list[str] = Field(default_factory=list)  # what the runs recorded (surface invalid, divergence...)
     runs: int = 0
     runs_passed: int = 0
     layer_pass_rates: dict[str, float] = Field(default_factory=dict)
     gate: list[str] = Field(default_factory=lambda: ["outcome"])
     run_ids: list[str] = Field(default_factory=list)
     scores: list[RunScore] = Field(default_factory=list)
+    robustness: list[dict[str, Any]] = Field(
+        default_factory=list, description="one entry per perturbation run: {perturbation, passed, detail, run_id}")
     duration_s: float = 0.0
     reviewed: bool = True  # False: tagged unreviewed (its outcome check is a default, not a person's)
     reproduced: bool | None = None  # unreviewed only: same final answer and tool trajectory as the incident
@@ -105,9 +110,11 @@ class LedgerRow(_Model):
     owner: str | None = None
     label: str | None = None
     model: str | None = None
+    quant: str | None = None
     sampler: dict[str, Any] = Field(default_factory=dict)
     verdict: Verdict
     detail: str | None = None
+    triage: str | None = None
     runs: int = 0
     runs_passed: int = 0
     layer_pass_rates: dict[str, float] = Field(default_factory=dict)
@@ -121,8 +128,9 @@ class LedgerRow(_Model):
     @classmethod
     def from_result(cls, sweep: SweepResult, result: ScenarioResult, ts: str) -> LedgerRow:
         return cls(ts=ts, sweep_id=sweep.sweep_id, scenario_id=result.scenario_id, pack=result.pack,
-                   owner=result.owner, label=result.label or sweep.label, model=result.model, sampler=result.sampler,
-                   verdict=result.verdict, detail=result.detail, runs=result.runs, runs_passed=result.runs_passed,
+                   owner=result.owner, label=result.label or sweep.label, model=result.model, quant=result.quant,
+                   sampler=result.sampler, verdict=result.verdict, detail=result.detail, triage=result.triage,
+                   runs=result.runs, runs_passed=result.runs_passed,
                    layer_pass_rates=result.layer_pass_rates, run_ids=result.run_ids, origin=result.origin,
                    git_sha=sweep.git_sha, wt_version=sweep.wt_version, reviewed=result.reviewed,
                    reproduced=result.reproduced)

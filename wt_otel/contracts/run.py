@@ -34,11 +34,14 @@ class Turn(ContractModel):
     tool_calls: list[ToolCall] = Field(description="the tool calls the agent reported, in invocation order")
     latency_ms: float = Field(ge=0, description="wall time of the inject call")
     error: str | None = Field(None, description="the agent-level error verbatim (the turn is still scored)")
+    model: str | None = Field(None, description="the model the endpoint reported answering with (live runs)")
+    quant: str | None = Field(None, description="its quantization, when the endpoint reported one")
 
     @classmethod
     def from_result(cls, text: str, result: TurnResult) -> Turn:
+        extra = {k: v for k, v in (("model", result.model), ("quant", result.quant)) if v}
         return cls(text=text, reply=result.reply, tool_calls=result.tool_calls, latency_ms=result.latency_ms,
-                   error=result.error)
+                   error=result.error, **extra)
 
 
 class McpCall(ContractModel):
@@ -49,10 +52,32 @@ class McpCall(ContractModel):
     result: Any = None
     match: str = Field(description="exact, keyed, or the miss policy that answered (fail_call, empty, nearest, "
                                    "synthesize)")
-    divergence: dict[str, Any] | None = Field(None, description="on a miss: {policy, matched, ...}")
+    extra: dict[str, Any] | None = Field(
+        None, description="runtime-only evidence; on a miss `divergence: {policy, matched, ...}` (the spec's place)")
     is_error: bool = False
     timestamp_ms: int | None = None
     recording: int | None = Field(None, description="index of the recording that answered")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _divergence_into_extra(cls, data: Any) -> Any:
+        """Traces written before the spec's `extra.divergence` carried a top-level `divergence`: read both,
+        keep one place."""
+        if isinstance(data, dict) and "divergence" in data:
+            data = dict(data)
+            legacy = data.pop("divergence")
+            extra = dict(data.get("extra") or {})
+            if legacy is not None and extra.get("divergence") is None:
+                extra["divergence"] = legacy
+            if extra:
+                data["extra"] = extra
+        return data
+
+    @property
+    def divergence(self) -> dict[str, Any] | None:
+        """On a miss: {policy, matched, ...} (from `extra.divergence`)."""
+        found = (self.extra or {}).get("divergence")
+        return found if isinstance(found, dict) else None
 
 
 class RunLLMCall(ContractModel):
@@ -126,6 +151,8 @@ class Trace(ContractModel):
     warnings: list[str] = []
     integrity: Integrity
     timings: Timings = Field(default_factory=Timings)
+    perturbation: dict[str, Any] | None = Field(
+        None, description="a robustness run: the perturbation the universe applied (kind, tool, ...)")
 
 
 def load_trace(data: Any) -> Trace:

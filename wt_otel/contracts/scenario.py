@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from wt_otel.contracts.assertions import AssertionSyntaxError, parse_assertions
+from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.problems import (
     ContractModel,
     Rule,
@@ -27,7 +28,7 @@ from wt_otel.contracts.problems import (
     raise_at,
 )
 
-GATES = ("outcome", "trajectory", "constraint")
+GATES = ("outcome", "trajectory", "constraint", "robustness")
 _SLUG = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 
 
@@ -96,7 +97,12 @@ class Scenario(_StrictModel):
     scorer: RelPath = None
     runs: int = Field(1, ge=1)
     variance_allowed: bool = False
-    gates: list[Annotated[Literal["outcome", "trajectory", "constraint"], is_one_of(GATES)]] = Field(
+    synthesize: str | None = Field(
+        None, description="MODULE:ATTR of the universe's synthesize hook (on_miss: synthesize); the scenario's folder "
+                          "is importable")
+    perturbations: list[Perturbation] = Field(
+        default_factory=list, description="robustness runs: each changes the universe once (error, empty, slow)")
+    gates: list[Annotated[Literal["outcome", "trajectory", "constraint", "robustness"], is_one_of(GATES)]] = Field(
         # mypy infers the lambda as list[str], not the Literal list
         default_factory=lambda: ["outcome"], description="layers that decide the verdict"  # type: ignore[arg-type]
     )
@@ -111,6 +117,8 @@ class Scenario(_StrictModel):
             gate.append("trajectory")
         if "policy" in kinds:
             gate.append("constraint")
+        if self.perturbations:
+            gate.append("robustness")
         return gate
 
     def gate(self) -> list[str]:
@@ -125,6 +133,11 @@ class Scenario(_StrictModel):
             parse_assertions([a.model_dump(mode="python") for a in self.assertions])
         except AssertionSyntaxError as exc:
             errors += [(loc, f"is invalid: {message}") for loc, message in exc.problems]
+        for i, perturbation in enumerate(self.perturbations):
+            try:
+                parse_assertions(perturbation.expect, ("perturbations", i, "expect"))
+            except AssertionSyntaxError as exc:
+                errors += [(loc, f"is invalid: {message}") for loc, message in exc.problems]
         if "gates" in self.model_fields_set:
             dropped = [g for g in self.inferred_gate() if g not in self.gates]
             for layer in dropped:
@@ -138,6 +151,8 @@ class Scenario(_StrictModel):
 def _why(scenario: Scenario, layer: str) -> str:
     if layer == "outcome":
         return "the outcome layer is always gated"
+    if layer == "robustness":
+        return "perturbations"
     kinds = ("tool-sequence", "tool-arguments") if layer == "trajectory" else ("policy",)
     found = [f"{k} assertion" for k in kinds if any(a.type == k for a in scenario.assertions)]
     if layer == "trajectory":

@@ -13,9 +13,10 @@ recorded no definition: edit them by hand).
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 from wt_otel.contracts.problems import (
     ContractModel,
@@ -71,6 +72,24 @@ class Recording(ContractModel):
         Field(description="server-witnessed (execute_tool span) or the agent's transcript"),
     ] = None
     extra: dict[str, Any] | None = None
+    _args_encoded: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _normalize_encoded_args(cls, data: Any, handler: ModelWrapValidatorHandler[Recording]) -> Recording:
+        """The spec: args are stored flat and "the loader and recorder normalize". A JSON-encoded object
+        (the OpenAI wire shape) is decoded here and `lint_universe` warns; anything else still fails."""
+        encoded = False
+        if isinstance(data, dict) and isinstance(data.get("args"), str):
+            try:
+                decoded = json.loads(data["args"])
+            except (ValueError, RecursionError):
+                decoded = None
+            if isinstance(decoded, dict):
+                data, encoded = {**data, "args": decoded}, True
+        rec = handler(data)
+        rec._args_encoded = encoded
+        return rec
 
 
 class Matching(ContractModel):
@@ -133,8 +152,17 @@ def load_universe(data: Any) -> Universe:
 
 
 def lint_universe(universe: Universe) -> list[Problem]:
-    """Recordings holding cut values can never match a replayed call."""
-    return [
+    """Recordings holding cut values can never match a replayed call; string-encoded args were normalized."""
+    problems = [
+        Problem(
+            f"recordings[{i}].args",
+            f"recordings[{i}].args is a JSON-encoded string: read as the object it holds; store it flat "
+            '(e.g. {"query": "Bluewing"}, not "{\\"query\\": ...}")',
+        )
+        for i, rec in enumerate(universe.recordings)
+        if rec._args_encoded
+    ]
+    return problems + [
         p
         for i, rec in enumerate(universe.recordings)
         for p in truncated(rec.args, ("recordings", i, "args"))

@@ -149,16 +149,16 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
                 "unread_attributes", f"span {span.name!r} ({span.span_id}) looks like GenAI telemetry, but no "
                 f"dialect read its conversation attributes: {', '.join(keys[:6])}", span.span_id, keys[0]))
     for call in calls:
-        span = by_id.get(call.span_id)
-        if span is None or call.input_messages or call.output_messages or call.is_transcript:
+        call_span = by_id.get(call.span_id)
+        if call_span is None or call.input_messages or call.output_messages or call.is_transcript:
             continue
         for key in ("gen_ai.input.messages", "gen_ai.output.messages", "llm.input_messages", "input.value"):
             if key == "input.value" and not strong:
                 continue  # a raw payload (e.g. LlamaIndex's prompt-preparation span) beside spans that were read
-            if span.attributes.get(key) not in (None, "", "[]"):
+            if call_span.attributes.get(key) not in (None, "", "[]"):
                 warn(session, Diagnostic(
-                    "unknown_shape", f"span {span.name!r} ({span.span_id}): attribute {key} holds messages of a "
-                    "shape wt-otel does not know; nothing was read from it", span.span_id, key))
+                    "unknown_shape", f"span {call_span.name!r} ({call_span.span_id}): attribute {key} holds messages "
+                    "of a shape wt-otel does not know; nothing was read from it", call_span.span_id, key))
                 break
 
 

@@ -57,8 +57,10 @@ def session_from_envelope(env: dict[str, Any], name: str) -> Session:
     """A Session from a Contract A envelope (already validated)."""
     source = env.get("source") or {}
     prov = env.get("provenance") or {}
-    ref = source.get("ref") or name
-    s = Session(key=str(ref), trace_ids=list(prov.get("trace_ids") or [str(ref)]))
+    ref = source.get("ref")
+    # without source.ref there is no origin: never invent one from the file name (0001: source is the
+    # producer's own provenance, "null when the scenario wasn't seeded from a trace")
+    s = Session(key=str(ref or name), trace_ids=list(prov.get("trace_ids") or ([str(ref)] if ref else [])))
     s.messages = [dict(m) for m in env["messages"]]
     s.tool_definitions = list(env.get("tool_definitions") or [])
     s.system_instructions = list(env.get("system_instructions") or [])
@@ -73,7 +75,14 @@ def session_from_envelope(env: dict[str, Any], name: str) -> Session:
     s.service_name = source.get("system")
     s.flagged, s.flag_ref = bool(source.get("ref")), source.get("ref")
     s.dialects = ["wtin"]
+    s.custom_spans = [c for c in env.get("custom_spans") or [] if isinstance(c, dict)]
+    if not ref:
+        s.warnings.append(NO_REF_WARNING)
     return s
+
+
+NO_REF_WARNING = ("the envelope has no source.ref: the scenario carries no origin:<ref> tag and its ledger "
+                  "rows no origin (add source.ref to the envelope to trace results back to the incident)")
 
 
 def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:

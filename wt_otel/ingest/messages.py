@@ -102,7 +102,8 @@ def _literal(node: ast.AST) -> Any:
         return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
     if isinstance(node, ast.Name) and node.id in ("None", "True", "False"):
         return {"None": None, "True": True, "False": False}[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, int | float | complex):
         return -node.operand.value
     if isinstance(node, ast.Call) and not node.args and all(k.arg for k in node.keywords):
         func = node.func
@@ -380,9 +381,9 @@ def _langchain(d: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     t = d.get("type")
     if isinstance(t, str) and isinstance(d.get("data"), dict) and t in ROLE_ALIASES and "content" in d["data"]:
         return ROLE_ALIASES[t], d["data"]
-    cls = d.get("__class__")
-    if isinstance(cls, str) and cls in _LC_CLASS_ROLES and "content" in d:
-        return _LC_CLASS_ROLES[cls], d
+    klass = d.get("__class__")
+    if isinstance(klass, str) and klass in _LC_CLASS_ROLES and "content" in d:
+        return _LC_CLASS_ROLES[klass], d
     return None
 
 
@@ -394,24 +395,25 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
             decoded = _decode(d)
             if isinstance(decoded, dict) and _is_message(decoded):
                 return _messages_from(decoded, default_role)
-        parts = _text_parts(d)
-        return [{"role": default_role, "parts": parts}] if parts else []
+        texts = _text_parts(d)
+        return [{"role": default_role, "parts": texts}] if texts else []
     if not isinstance(d, dict):
         return []
     fast = _fast_parts(d)
     if fast is not None:
         return _finish(d["role"], fast)
     if "blocks" in d and "content" not in d and "parts" not in d:  # LlamaIndex ChatMessage
-        extra = d.get("additional_kwargs") if isinstance(d.get("additional_kwargs"), dict) else {}
+        raw_extra = d.get("additional_kwargs")
+        extra = raw_extra if isinstance(raw_extra, dict) else {}
         d = {**d, "content": d["blocks"], "tool_calls": d.get("tool_calls") or extra.get("tool_calls"),
              "tool_call_id": d.get("tool_call_id") or extra.get("tool_call_id")}
     lc = _langchain(d)
     if lc is not None:
         role, fields = lc
         if role == "assistant" and not fields.get("tool_calls"):
-            extra = fields.get("additional_kwargs") if isinstance(fields.get("additional_kwargs"), dict) else {}
-            if extra.get("tool_calls"):
-                fields = {**fields, "tool_calls": extra["tool_calls"]}
+            raw_extra = fields.get("additional_kwargs")
+            if isinstance(raw_extra, dict) and raw_extra.get("tool_calls"):
+                fields = {**fields, "tool_calls": raw_extra["tool_calls"]}
         d = {**fields, "role": role}
     t = d.get("type")
     role_raw = d.get("role")
@@ -450,7 +452,8 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
         parts = [p for b in _as_blocks(_content(d.get("content"))) for p in _part_from_block(b)]
     for tc in _content(d.get("tool_calls")) or []:
         if isinstance(tc, dict):
-            fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+            raw_fn = tc.get("function")
+            fn = raw_fn if isinstance(raw_fn, dict) else tc
             parts.append(_call_part(tc.get("id") or tc.get("call_id"), fn.get("name"),
                                     fn.get("arguments", fn.get("args", fn.get("input")))))
     if isinstance(d.get("function_call"), dict):  # legacy OpenAI functions

@@ -24,6 +24,7 @@ from typing import Any
 
 from wt_otel.ingest import dialects
 from wt_otel.ingest.diagnostics import diagnose
+from wt_otel.ingest.dialects import agents
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FlagRules, default_rules
 from wt_otel.ingest.keys import FLAG_KEYS
@@ -159,6 +160,9 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
                 calls.append(obs)
             if obs.dialect not in session.dialects:
                 session.dialects.append(obs.dialect)
+        custom = agents.custom_span(span)
+        if custom is not None:
+            session.custom_spans.append(custom)
     if not session.witnessed_calls and not any(
             c.input_messages or c.output_messages or not c.is_transcript for c in calls):
         return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
@@ -392,16 +396,16 @@ def _correlate(session: Session) -> None:
         session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.correlation != "none" or witnessed(ex)]
     responses = {p.get("id"): p for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
     for ex in session.witnessed_calls:
-        part = by_id.get(ex.tool_call_id or "")
-        if part is not None and ex.correlation != "none":
+        call_part = by_id.get(ex.tool_call_id or "")
+        if call_part is not None and ex.correlation != "none":
             # Arguments: where the tool span logged no object (a framework's string or unknown wrapper), the
             # model call's tool call says what the agent asked for. Results: the tool span witnessed them,
             # else the transcript.
-            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and part.get("arguments"))) \
-                    and isinstance(part.get("arguments"), dict) and not part.get("arguments_undecodable"):
-                ex.args, ex.args_decoded = part["arguments"], True
-            if ex.result is None and part["id"] in responses:
-                ex.result = responses[part["id"]].get("response")
+            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and call_part.get("arguments"))) \
+                    and isinstance(call_part.get("arguments"), dict) and not call_part.get("arguments_undecodable"):
+                ex.args, ex.args_decoded = call_part["arguments"], True
+            if ex.result is None and call_part["id"] in responses:
+                ex.result = responses[call_part["id"]].get("response")
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")

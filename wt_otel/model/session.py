@@ -53,6 +53,8 @@ class LLMCall:
     content_captured: bool = True
     is_transcript: bool = False
     conversation_id: str | None = None
+    # first-token latency from the telemetry (GenAI / OpenLLMetry attribute, OpenInference event); None: unknown
+    ttfb_ms: float | None = None
 
 
 Observation = LLMCall | ToolExecution
@@ -89,6 +91,9 @@ class Session:
     content_captured: bool = True
     complete: bool = True
     redaction: dict[str, Any] | None = None  # set by the redactor: {"applied": True, "patterns": [...], ...}
+    # spans that are neither LLM calls nor tool calls (Agents SDK guardrail, handoff, custom, types added later),
+    # kept as canonical custom spans {type, name, span_id, data, triggered? from_agent? to_agent?} (trace2test)
+    custom_spans: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def evidence(self) -> str:

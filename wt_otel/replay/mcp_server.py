@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+import anyio
 import mcp.types as types
 import uvicorn
 from mcp.server.context import ServerRequestContext
@@ -103,7 +104,11 @@ def build_server(engine: RecordedUniverse) -> Server[Any]:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        return call_result(engine.call(params.name, params.arguments or {}))
+        answer = engine.call(params.name, params.arguments or {})  # witnessed on arrival
+        delay = engine.delay_for(params.name)  # a `slow` robustness run: answer past the agent's deadline
+        if delay:
+            await anyio.sleep(delay)
+        return call_result(answer)
 
     return Server("wt-otel-universe", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -176,7 +181,8 @@ class UniverseMCPServer:
         except OSError:
             sock.close()
             raise
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on")
+        # a held answer (a `slow` robustness run) must not keep stop() waiting: cut in-flight calls after 1 s
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="wt-otel-universe", daemon=True)
         thread.start()

@@ -46,7 +46,9 @@ from typing import Any, Literal
 from wt_otel import __version__
 from wt_otel._util.clock import compact_stamp, elapsed_ms, utc_now_iso
 from wt_otel._util.fsutil import atomic_write
+from wt_otel._util.hooks import HookError, load_hook
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
+from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
 from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, McpCall, RunLLMCall, SurfaceProbe, Timings, Trace, Turn
 from wt_otel.contracts.universe import load_universe
@@ -61,6 +63,7 @@ from wt_otel.replay.universe import RecordedUniverse
 from wt_otel.reporting.outputs import append_ledger
 from wt_otel.scoring.layers import score_scenario
 from wt_otel.scoring.review import UNREVIEWED_TAG, mark_unreviewed
+from wt_otel.scoring.triage import triage
 from wt_otel.scoring.verdict import divergence_note, run_integrity
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
@@ -83,6 +86,7 @@ class RunOptions:
     runs: int | None = None  # overrides each scenario's `runs`
     llm: LlmMode = "live"
     llm_match: MatchMode = "exact"
+    pace: bool = False  # with llm="replay": replay the recorded latencies (historical latency emulation)
     universe_port: int | None = None
     llm_port: int | None = None
     label: str | None = None
@@ -92,6 +96,8 @@ class RunOptions:
     progress: Callable[[str], None] | None = None  # "scenario x (1/3), run 2/5", for a live status line
     selection: dict[str, Any] = field(default_factory=dict)  # the selectors that chose the scenarios (recorded)
     ledger: bool = True  # append one row per scenario to <runs_dir>/ledger.ndjsonl at the end of the sweep
+    perturbations: list[Perturbation] = field(default_factory=list)  # `--perturb`: robustness runs for every scenario
+    synthesize: str | None = None  # MODULE:ATTR synthesize hook for scenarios that name none (serve's config)
 
 
 @dataclass
@@ -110,6 +116,8 @@ class ScenarioRun:
     record: ScenarioResult | None = None  # None: not judged yet; a not-run scenario gets an ERROR record
     ran: bool = False  # False: the circuit breaker stopped the sweep before this scenario
     verdict_detail: str | None = None  # the verdict's own detail (record.detail also carries the divergence note)
+    perturbed: list[Trace] = field(default_factory=list)  # robustness runs, one per perturbation
+    perturbed_paths: list[Path] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -178,10 +186,13 @@ def git_sha(cwd: Path | None = None) -> str | None:
 def _membership_fields(member: Membership, traces: list[Trace]) -> dict[str, Any]:
     """What the pack a scenario belongs to adds to its record (scoring cannot know it)."""
     model, sampler = model_and_sampler(member.metadata)
-    if model is None:
-        model = next((c.model for t in traces for c in t.llm_calls if c.model), None)
+    if model is None:  # replay: the cassette's model; live: what the endpoint reported answering with
+        model = next((c.model for t in traces for c in t.llm_calls if c.model), None) or next(
+            (turn.model for t in traces for turn in t.turns if turn.model), None)
+    quant = member.metadata.get("quant") or next((turn.quant for t in traces for turn in t.turns if turn.quant),
+                                                 None)
     return {"pack": member.pack, "owner": member.owner, "tags": member.tags, "origin": member.origin,
-            "model": model, "sampler": sampler}
+            "model": model, "quant": quant, "sampler": sampler}
 
 
 def judged_record(scored: ScenarioResult, member: Membership, traces: list[Trace], *, label: str | None
@@ -192,7 +203,9 @@ def judged_record(scored: ScenarioResult, member: Membership, traces: list[Trace
     """
     note = divergence_note(traces)
     fields = {**scored.model_dump(), **_membership_fields(member, traces), "label": scored.label or label,
-              "detail": f"{scored.detail}; {note}" if scored.detail and note else scored.detail or note}
+              "detail": f"{scored.detail}; {note}" if scored.detail and note else scored.detail or note,
+              "warnings": list(dict.fromkeys(w for t in traces for w in t.warnings)),
+              "triage": triage(scored.verdict, traces, scored.scores)}
     return ScenarioResult.model_validate(fields)
 
 
@@ -201,7 +214,7 @@ def not_run_record(scenario_id: str, member: Membership, *, label: str | None, s
     """The ERROR record of a scenario the circuit breaker kept from running: nothing vanishes from the outputs."""
     return ScenarioResult.model_validate({
         "scenario_id": scenario_id, **_membership_fields(member, []), "label": label, "verdict": "ERROR",
-        "detail": f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN})
+        "detail": f"{NOT_RUN} ({stopped})" if stopped else NOT_RUN, "triage": triage("ERROR", [], [])})
 
 
 # ---------------------------------------------------------------- servers
@@ -249,11 +262,20 @@ class ScenarioServers:
             self.warnings.append("the scenario has no universe fixture: an empty universe was served, so any tool "
                                  "call the agent reports is unwitnessed")
         port = UNIVERSE_PORT if options.universe_port is None else options.universe_port
-        self.universe = WitnessingUniverseServer(RecordedUniverse(universe), host=options.host, port=port)
+        hook_spec = (loaded.scenario.synthesize if loaded.scenario else None) or options.synthesize
+        hook = None
+        if hook_spec:
+            try:
+                hook = load_hook(hook_spec, "synthesize hook", extra_path=str(loaded.path.resolve()))
+            except HookError as exc:
+                raise ServeFailed(str(exc)) from exc
+        self.universe = WitnessingUniverseServer(RecordedUniverse(universe, synthesize=hook), host=options.host,
+                                                 port=port)
         self.cassette: CassetteServer | None = None
         if loaded.cassette is not None:
             llm_port = LLM_PORT if options.llm_port is None else options.llm_port
-            self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match)
+            self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match,
+                                          pace=options.pace)
         self.universe_url: str | None = None
         self.llm_url: str | None = None
 
@@ -457,8 +479,8 @@ class Sweep:
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
             self._judge(result, loaded)
             return result
-        servers = ScenarioServers(loaded, self.options)
         try:
+            servers = ScenarioServers(loaded, self.options)  # loads the synthesize hook: may fail
             servers.start()
         except ServeFailed as exc:
             reason = f"cannot serve the scenario's fixtures: {exc}"
@@ -478,15 +500,39 @@ class Sweep:
                     self._write(result, folder, trace)
                     if trace.integrity.status == "ERROR":
                         break
+                else:
+                    self._robustness(loaded, servers, result, folder, runs)
         finally:
             servers.stop()
         self._judge(result, loaded, skipped=runs - len(result.traces))
         return result
 
+    def _robustness(self, loaded: LoadedScenario, servers: ScenarioServers, result: ScenarioRun, folder: Path,
+                    runs: int) -> None:
+        """One run per perturbation (the scenario's, then `--perturb`'s), after the ordinary runs held."""
+        declared = list(loaded.scenario.perturbations) if loaded.scenario else []
+        for k, perturbation in enumerate(declared + list(self.options.perturbations), 1):
+            self._progress(f"{loaded.id}: robustness {k} ({perturbation.label})")
+            servers.rewind()
+            servers.universe.engine.perturbation = perturbation
+            try:
+                run = _Run(loaded, runs + k, self.options, self.sweep_id)
+                run.drive()
+                trace = run.trace(servers)
+            finally:
+                servers.universe.engine.perturbation = None
+            trace.perturbation = perturbation.to_dict() | {"label": perturbation.label}
+            trace.run_id = f"{self.sweep_id}/{loaded.id}/perturb-{k}"
+            path = folder / f"perturb-{k}{TRACE_SUFFIX}"
+            atomic_write(path, json.dumps(trace.to_dict(), indent=2, ensure_ascii=False) + "\n")
+            result.perturbed.append(trace)
+            result.perturbed_paths.append(path)
+
     def _judge(self, result: ScenarioRun, loaded: LoadedScenario, skipped: int = 0) -> None:
         """Score every run (writing `run-<n>.score.json` beside each trace) and record the scenario's result."""
         scored = score_scenario(loaded.id, None if loaded.error else loaded.scenario, loaded.path, result.traces,
-                                result.trace_paths)
+                                result.trace_paths, perturbed=result.perturbed, perturbed_paths=result.perturbed_paths,
+                                extra_perturbations=bool(self.options.perturbations), universe=loaded.universe)
         if scored.verdict == "ERROR" and skipped > 0:
             scored.detail = f"{scored.detail} ({skipped} later run(s) skipped)"
         if not loaded.error and loaded.scenario is not None and UNREVIEWED_TAG in (loaded.scenario.tags or []):

@@ -241,7 +241,8 @@ class HttpInjectRuntime:
             rule = "version_echo" if any(p.path == "wt_inject" for p in problems) else "shape"
             raise ContractViolation(where, f"inject response broke Contract C: {_summary(problems)}", rule=rule,
                                     status=status, body=clip_body(body), problems=problems)
-        return TurnResult(response.reply, list(response.tool_calls), response.error, latency_ms)
+        return TurnResult(response.reply, list(response.tool_calls), response.error, latency_ms,
+                          model=response.model, quant=response.quant)
 
     def close(self) -> None:
         """Nothing to release: every call opens and closes its own connection."""
@@ -325,7 +326,8 @@ class PythonRuntime:
                                                "(return {\"reply\": str, \"tool_calls\": [{\"name\": str, "
                                                "\"arguments\": {...}}]} or (reply, tool_calls))",
                                     rule="shape", problems=problems)
-        return TurnResult(response.reply, list(response.tool_calls), response.error, latency_ms)
+        return TurnResult(response.reply, list(response.tool_calls), response.error, latency_ms,
+                          model=response.model, quant=response.quant)
 
     def close(self) -> None:
         """Nothing to release: the agent object belongs to its module."""
@@ -354,7 +356,8 @@ def describe_exception(exc: BaseException, limit: int = 5) -> str:
 def _as_response(out: Any) -> Any:
     """The python agent's return value in wire shape (without a version: there is no wire)."""
     if isinstance(out, TurnResult):
-        out = {"reply": out.reply, "tool_calls": out.tool_calls, "error": out.error}
+        out = {"reply": out.reply, "tool_calls": out.tool_calls, "error": out.error,
+               **{k: v for k, v in (("model", out.model), ("quant", out.quant)) if v}}
     elif isinstance(out, tuple) and len(out) == 2:
         out = {"reply": out[0], "tool_calls": out[1]}
     if not isinstance(out, dict):

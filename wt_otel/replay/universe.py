@@ -32,10 +32,11 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wt_otel._util.clock import epoch_ms
+from wt_otel.contracts.perturbation import DEFAULT_ERROR, Perturbation
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
 from wt_otel.model.parts import canonical_json
 
@@ -139,6 +140,7 @@ class RecordedUniverse:
         self.universe = universe
         self.synthesize = synthesize
         self.on_call = on_call
+        self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
         self._log: list[dict[str, Any]] = []
         self._consumed: set[int] = set()
@@ -186,12 +188,36 @@ class RecordedUniverse:
         flat = _flat_args(args)
         with self._lock:
             answer = self._answer(tool, flat)
-            entry = self._record(tool, flat, answer)
+            perturbed = self._perturbed(tool, answer)
+            entry = self._record(tool, flat, perturbed or answer)
+            if perturbed is not None and self.perturbation is not None:
+                entry.setdefault("extra", {})["perturbation"] = self.perturbation.to_dict()
+            answer = perturbed or answer
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
             self.on_call(entry)
         return answer
+
+    def _perturbed(self, tool: str, answer: Answer) -> Answer | None:
+        """A robustness run's answer in place of the recorded one (error, empty); None when unperturbed.
+        `slow` keeps the answer: the MCP server waits `delay_for(tool)` before sending it."""
+        p = self.perturbation
+        if p is None or not p.applies_to(tool):
+            return None
+        if p.kind == "error":
+            return Answer({"error": p.message or DEFAULT_ERROR, "tool": tool}, True, answer.match, answer.recording,
+                          answer.divergence)
+        if p.kind == "empty":
+            idx = self._index.get(tool)
+            schema = idx.tool.result_schema if idx is not None and idx.tool is not None else None
+            return Answer(empty_result(schema), False, answer.match, answer.recording, answer.divergence)
+        return replace(answer)  # slow: same answer, marked in the log
+
+    def delay_for(self, tool: str) -> float:
+        """Seconds to wait before answering `tool` (a `slow` perturbation), else 0."""
+        p = self.perturbation
+        return p.delay if p is not None and p.kind == "slow" and p.applies_to(tool) else 0.0
 
     def _answer(self, tool: str, args: dict[str, Any]) -> Answer:
         idx = self._index.get(tool)
@@ -269,10 +295,12 @@ class RecordedUniverse:
             "result": answer.result,
             "match": answer.match,
             "recording": answer.recording,
-            "divergence": answer.divergence,
             "is_error": answer.is_error,
             "timestamp_ms": epoch_ms(),
         }
+        if answer.divergence is not None:
+            # the spec's place (recording-a-universe.md): call_log() entry extra={"divergence": {...}}
+            entry["extra"] = {"divergence": answer.divergence}
         if answer.is_error:
             rec = self.universe.recordings[answer.recording] if answer.recording is not None else None
             entry["error"] = rec.error if rec is not None else NO_RECORDED_RESULT
@@ -280,8 +308,8 @@ class RecordedUniverse:
         return entry
 
     def call_log(self) -> list[dict[str, Any]]:
-        """Every call of this run, in order: recording-shaped plus `match`, `recording`, `divergence`,
-        `is_error`, `timestamp_ms` (and `error` when the agent was answered with an error)."""
+        """Every call of this run, in order: recording-shaped plus `match`, `recording`, `is_error`,
+        `timestamp_ms`, `extra.divergence` on a miss (and `error` when the agent was answered with an error)."""
         with self._lock:
             return [dict(e) for e in self._log]
 
@@ -290,6 +318,14 @@ class RecordedUniverse:
         with self._lock:
             self._log.clear()
             self._consumed.clear()
+
+
+def divergence_of(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A call-log entry's divergence evidence: the spec's `extra.divergence`, or the top-level
+    `divergence` that wt-otel wrote before (older traces and logs are still read)."""
+    extra = entry.get("extra")
+    found = extra.get("divergence") if isinstance(extra, Mapping) else None
+    return found if found is not None else entry.get("divergence")
 
 
 def _flat_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
@@ -326,7 +362,7 @@ def freeze_universe(
     recordings: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str, str]] = set()
     for entry in call_log:
-        if entry.get("divergence") and not include_divergent:
+        if divergence_of(entry) and not include_divergent:
             continue
         rec: dict[str, Any] = {"tool_name": entry["tool_name"], "args": entry.get("args") or {},
                                "result": entry.get("result")}

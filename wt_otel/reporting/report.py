@@ -62,6 +62,7 @@ class ScenarioHistory:
     flips: int = 0
     last_green_ts: str | None = None
     since_green_s: float | None = None
+    latest_triage: str | None = None  # who must act on the latest non-pass (wt_otel.scoring.triage)
 
 
 @dataclass
@@ -109,6 +110,7 @@ def _history(rows: list[LedgerRow], window: int, now: datetime) -> ScenarioHisto
         verdicts=[r.verdict for r in recent], flips=sum(a != b for a, b in zip(flags, flags[1:], strict=False)),
         last_green_ts=last_green.ts if last_green else None,
         since_green_s=round(max(0.0, (now - green_at).total_seconds()), 1) if green_at else None,
+        latest_triage=getattr(latest, "triage", None),
     )
 
 
@@ -158,7 +160,7 @@ def _green_since(h: ScenarioHistory) -> str:
 def _cells(h: ScenarioHistory) -> list[str]:
     return [h.latest_verdict, h.scenario_id, h.pack or "-", h.owner or "-", sparkline(h.trend),
             f"{h.trend[-1]:.0%}" if h.trend else "-", str(h.flips), _green_since(h),
-            " ".join(clean(h.latest_detail or "").split())]
+            (f"[{h.latest_triage}] " if h.latest_triage else "") + " ".join(clean(h.latest_detail or "").split())]
 
 
 HEADER = ["VERDICT", "SCENARIO", "PACK", "OWNER", "TREND", "RATE", "FLIPS", "SINCE GREEN", "DETAIL"]

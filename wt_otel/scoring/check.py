@@ -51,7 +51,8 @@ TRACE_FORMATS = {"auto": "auto", "generic-jsonl": "generic-jsonl", "openai-agent
                  "otlp-proto": "otlp-proto", "wtin": "wtin"}
 
 __all__ = ["RUNNER_TYPE", "TRACE_FORMATS", "CheckInputError", "CheckRun", "Suite", "SuiteError", "SuiteTest",
-           "TestOutcome", "check_suite", "load_suite", "parse_suite", "read_session", "render_text", "resolve_trace",
+           "TestOutcome", "check_suite",
+           "discover_suites", "load_suite", "parse_suite", "read_session", "render_text", "resolve_trace",
            "run_check", "to_sweep"]
 
 
@@ -312,6 +313,14 @@ def run_check(suite_path: Path, dump: Path | None = None, trace_id: str | None =
     session, warnings = read_session(path, fmt, trace_id)
     tests = select(suite.tests) if select is not None else suite.tests
     return CheckRun(suite, path, session, check_suite(suite, session, tests), warnings, started)
+
+
+SUITE_GLOB = "tests/agents/*.t2t.yaml"
+
+
+def discover_suites(root: Path) -> list[Path]:
+    """The suites found by convention under `root`: tests/agents/*.t2t.yaml, sorted."""
+    return sorted(p for p in root.glob(SUITE_GLOB) if p.is_file())
 
 
 def resolve_trace(suite: Suite, dump: Path | None) -> tuple[Path, str]:

@@ -19,6 +19,25 @@ from wt_otel.model.session import Session
 
 Source = Literal["witnessed", "transcript", "none"]
 NO_RECORDED_RESULT = "no_recorded_result"
+MARKER_PREFIXES = ("guardrail:", "handoff:", "custom:")
+
+
+def markers_of(custom_spans: list[dict[str, Any]]) -> list[CallView]:
+    """Canonical custom spans as selectable views: a guardrail's result is {triggered, ...its payload}, a
+    handoff's {from_agent, to_agent}, a custom span's its data."""
+    out = []
+    for span in sorted(custom_spans, key=lambda c: c.get("start_ns") or 0):
+        kind, name = span.get("type"), str(span.get("name") or "")
+        raw = span.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if kind == "guardrail":
+            out.append(CallView(f"guardrail:{name}", {}, {**data, "triggered": bool(span.get("triggered"))}, True))
+        elif kind == "handoff":
+            out.append(CallView(f"handoff:{span.get('to_agent') or name}", {},
+                                {"from_agent": span.get("from_agent"), "to_agent": span.get("to_agent")}, True))
+        else:
+            out.append(CallView(f"custom:{name}", {}, data, True))
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,6 +72,9 @@ class EvidenceView:
     calls: list[CallView] = field(default_factory=list)
     final_reply: str = ""
     user_turns: list[str] = field(default_factory=list)
+    # guardrails, handoffs and custom spans of a recording, selectable as `guardrail:NAME`, `handoff:AGENT`,
+    # `custom:NAME` (e.g. an output assertion on a guardrail's {"triggered": ...}); never in tool sequences
+    markers: list[CallView] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
@@ -68,6 +90,8 @@ class EvidenceView:
         return "evidence: none (no tool call was witnessed or reported)"
 
     def of_tool(self, name: str) -> list[CallView]:
+        if name.startswith(MARKER_PREFIXES):
+            return [c for c in self.markers if c.name == name]
         return [c for c in self.calls if c.name == name]
 
 
@@ -92,7 +116,8 @@ def from_session(session: Session) -> EvidenceView:
         ordered = sorted(session.witnessed_calls, key=lambda c: c.start_ns)
         calls = [CallView(c.tool_name, c.args, c.result if c.error is None or c.result is not None else
                           {"error": c.error}, True) for c in ordered]
-        return EvidenceView("witnessed", calls, session.final_answer, session.user_turns)
+        return EvidenceView("witnessed", calls, session.final_answer, session.user_turns,
+                            markers_of(session.custom_spans))
     responses: dict[str, Any] = {}
     for m in session.messages:
         for p in m.get("parts", []):
@@ -104,4 +129,5 @@ def from_session(session: Session) -> EvidenceView:
             if p.get("type") == "tool_call":
                 answered = p.get("id") in responses
                 calls.append(CallView(p.get("name") or "", p.get("arguments"), responses.get(p.get("id")), answered))
-    return EvidenceView("transcript" if calls else "none", calls, session.final_answer, session.user_turns)
+    return EvidenceView("transcript" if calls else "none", calls, session.final_answer, session.user_turns,
+                        markers_of(session.custom_spans))

@@ -33,9 +33,11 @@ from wt_otel.contracts.assertions import Assertion, parse_assertions
 from wt_otel.contracts.results import LAYERS, SCORE_SUFFIX, LayerResult, RunScore, ScenarioResult, Verdict
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace
 from wt_otel.contracts.scenario import Scenario
+from wt_otel.contracts.universe import Universe
 from wt_otel.scoring.assertions import evaluate
 from wt_otel.scoring.evidence import EvidenceView, from_trace
-from wt_otel.scoring.scorers import run_scorer
+from wt_otel.scoring.robustness import robustness
+from wt_otel.scoring.scorers import constraint_capture, run_scorer
 
 OUTCOME_FN = "outcome"
 
@@ -113,7 +115,9 @@ def _structure(trace: Trace, view: EvidenceView, scenario: Scenario) -> LayerRes
     return None
 
 
-def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> LayerResult:
+def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks,
+                  constraint: list[LayerResult] | None = None) -> LayerResult:
+    """The outcome; constraint-layer predicates the scorer calls (no_divergence) land in `constraint`."""
     broken = _structure(trace, view, checks.scenario)
     if broken is not None:
         return broken
@@ -122,7 +126,10 @@ def outcome_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> L
         results.append(LayerResult(passed=False, detail=checks.outcome_error))
     elif checks.outcome_fn is not None:
         label = checks.scenario.scorer
-        scored = run_scorer(checks.outcome_fn, trace, f"{label}:{OUTCOME_FN}")
+        with constraint_capture() as diverted:
+            scored = run_scorer(checks.outcome_fn, trace, f"{label}:{OUTCOME_FN}")
+        if constraint is not None:
+            constraint += [LayerResult(passed=r.passed, detail=f"{label}: {r.detail}") for r in diverted]
         said = scored.detail or ("passed" if scored.passed else "failed")
         results.append(LayerResult(passed=scored.passed, detail=f"{label}: {said}"))
     results += [r for _, r in evaluate(checks.by_layer("outcome"), view, trace)]
@@ -148,8 +155,9 @@ def trajectory_layer(view: EvidenceView, checks: ScenarioChecks) -> LayerResult 
     return _combine(results) if results else None
 
 
-def constraint_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks) -> LayerResult | None:
-    results = [r for _, r in evaluate(checks.by_layer("constraint"), view, trace)]
+def constraint_layer(trace: Trace, view: EvidenceView, checks: ScenarioChecks,
+                     from_scorer: Sequence[LayerResult] = ()) -> LayerResult | None:
+    results = [r for _, r in evaluate(checks.by_layer("constraint"), view, trace)] + list(from_scorer)
     return _combine(results) if results else None
 
 
@@ -161,10 +169,13 @@ def score_run(trace: Trace, checks: ScenarioChecks | None, trace_path: Path | No
     gate = ["outcome"]
     if checks is not None and trace.integrity.status != "ERROR":
         view = from_trace(trace)
-        gate = checks.scenario.gate()
-        layers["outcome"] = outcome_layer(trace, view, checks)
+        gate = [g for g in checks.scenario.gate() if g != "robustness"]  # judged over the perturbation runs
+        diverted: list[LayerResult] = []
+        layers["outcome"] = outcome_layer(trace, view, checks, diverted)
+        if diverted and "constraint" not in gate:  # a policy in scorer.py is a declared policy, as in YAML
+            gate = [g for g in ("outcome", "trajectory", "constraint") if g in {*gate, "constraint"}]
         for name, result in (("trajectory", trajectory_layer(view, checks)),
-                             ("constraint", constraint_layer(trace, view, checks))):
+                             ("constraint", constraint_layer(trace, view, checks, diverted))):
             if result is not None:
                 layers[name] = result
         for name in gate:  # a widened gate over a layer with nothing declared: say so, do not fake a pass
@@ -235,7 +246,9 @@ def layer_pass_rates(scores: Sequence[RunScore]) -> dict[str, float]:
 
 
 def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path | None, traces: Sequence[Trace],
-                   trace_paths: Sequence[Path] | None = None, *, write: bool = True) -> ScenarioResult:
+                   trace_paths: Sequence[Path] | None = None, *, write: bool = True,
+                   perturbed: Sequence[Trace] = (), perturbed_paths: Sequence[Path] = (),
+                   extra_perturbations: bool = False, universe: Universe | None = None) -> ScenarioResult:
     """Score every run, write each `run-<n>.score.json` beside its trace (with `write`), and judge the scenario.
 
     `scenario` None means it could not be loaded: its (ERROR) traces are scored on integrity alone.
@@ -251,8 +264,26 @@ def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path 
             write_score(score, path)
         scores.append(score)
     verdict, detail = aggregate(traces, scores, scenario.variance_allowed if scenario else False)
+    gate = scenario.gate() if scenario else ["outcome"]
+    rates = layer_pass_rates(scores)
+    entries = robustness(perturbed, universe)
+    if entries:
+        if extra_perturbations and "robustness" not in gate:  # `run --perturb` declares them for this sweep
+            gate = [*gate, "robustness"]
+        rates["robustness"] = round(sum(e["passed"] for e in entries) / len(entries), 4)
+        for entry, path in zip(entries, perturbed_paths, strict=False):
+            if write:
+                layer = LayerResult(passed=entry["passed"], detail=entry["detail"])
+                write_score(RunScore(scenario_id=scenario_id, run_index=0, run_id=entry["run_id"],
+                                     layers={"robustness": layer}, gate=["robustness"], passed=layer.passed,
+                                     trace_path=str(path)), path)
+        unhandled = [e for e in entries if not e["passed"]]
+        if unhandled and "robustness" in gate and verdict in ("PASS", "PASS_WITH_VARIANCE"):
+            verdict = "FAIL"
+            detail = f"robustness: {len(unhandled)}/{len(entries)} perturbation(s) not handled; " + \
+                unhandled[0]["detail"]
     return ScenarioResult(
         scenario_id=scenario_id, label=traces[0].label if traces else None, verdict=verdict, detail=detail,
-        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=layer_pass_rates(scores),
-        gate=scenario.gate() if scenario else ["outcome"], run_ids=[t.run_id for t in traces], scores=scores,
-        duration_s=round(sum(t.timings.total_ms or 0 for t in traces) / 1000, 3))
+        runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=rates,
+        gate=gate, run_ids=[t.run_id for t in traces], scores=scores, robustness=entries,
+        duration_s=round(sum(t.timings.total_ms or 0 for t in [*traces, *perturbed]) / 1000, 3))

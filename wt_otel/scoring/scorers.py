@@ -23,9 +23,11 @@ A scenario's `scorer.py` uses them like this::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -37,7 +39,8 @@ Scorer = Callable[[Trace], LayerResult]
 GenerateFn = Callable[[str], str]
 
 __all__ = ["AUTO_REPLAY_SCORERS", "NEGATION_WINDOW", "OBSERVATION_SOURCES", "UNIT_WINDOW", "GenerateFn", "Scorer",
-           "all_of", "any_of", "as_layer_result", "find_numbers", "forbidden_facts", "is_asserted", "judge_prompt",
+           "all_of", "any_of", "as_layer_result", "constraint_capture",
+           "find_numbers", "forbidden_facts", "is_asserted", "judge_prompt",
            "llm_judge", "no_divergence", "observation", "parse_judgement", "run_scorer", "substantiated_by_tools",
            "substantiation", "target_facts", "target_numbers", "walk_path"]
 
@@ -480,25 +483,53 @@ def substantiated_by_tools(facts: Sequence[str] | None = None) -> Scorer:
 # ---------------------------------------------------------------- divergence (constraint)
 
 
+# While an outcome scorer runs (`layers.outcome_layer`), constraint-layer predicates called inside it
+# (however nested: all_of, any_of, a hand-written outcome() calling them) report here instead of into
+# the outcome, so they count in the constraint layer the spec puts them in.
+_CONSTRAINT_SINK: ContextVar[list[LayerResult] | None] = ContextVar("wt_constraint_sink", default=None)
+
+
+@contextlib.contextmanager
+def constraint_capture() -> Iterator[list[LayerResult]]:
+    """Collect the constraint-layer results of the scorers run inside the block."""
+    sink: list[LayerResult] = []
+    token = _CONSTRAINT_SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _CONSTRAINT_SINK.reset(token)
+
+
 def no_divergence() -> Scorer:
     """The run stayed inside the recording: no universe miss and no LLM cassette miss.
 
     A constraint-layer check: "stayed inside the recording" is a property of the path, not of the answer.
+    Called from a scenario's `outcome` scorer, its result counts in the constraint layer (and puts
+    constraint in that run's gate); the outcome sees a pass that says so.
     """
 
     def score(trace: Trace) -> LayerResult:
-        tools = [f"{c.tool_name}({_short(c.args, 80)}) -> {c.match}" for c in trace.mcp_calls if c.divergence]
-        llm = [c for c in trace.llm_calls if c.match == "miss"]
-        if not tools and not llm:
-            return LayerResult(passed=True, detail="no divergence: every tool call and model request was recorded")
-        parts = []
-        if tools:
-            parts.append(f"{len(tools)} tool call(s) matched no recording: {', '.join(tools[:5])}")
-        if llm:
-            at = (llm[0].divergence or {}).get("at")
-            parts.append(f"{len(llm)} model request(s) matched no cassette recording"
-                         + (f" (the first differed at {at})" if at else ""))
-        return LayerResult(passed=False, detail="divergence: " + "; ".join(parts))
+        result = _divergence(trace)
+        sink = _CONSTRAINT_SINK.get()
+        if sink is None:
+            return result
+        sink.append(result)
+        return LayerResult(passed=True, detail="")
 
     score.__name__ = "no_divergence"
     return score
+
+
+def _divergence(trace: Trace) -> LayerResult:
+    tools = [f"{c.tool_name}({_short(c.args, 80)}) -> {c.match}" for c in trace.mcp_calls if c.divergence]
+    llm = [c for c in trace.llm_calls if c.match == "miss"]
+    if not tools and not llm:
+        return LayerResult(passed=True, detail="no divergence: every tool call and model request was recorded")
+    parts = []
+    if tools:
+        parts.append(f"{len(tools)} tool call(s) matched no recording: {', '.join(tools[:5])}")
+    if llm:
+        at = (llm[0].divergence or {}).get("at")
+        parts.append(f"{len(llm)} model request(s) matched no cassette recording"
+                     + (f" (the first differed at {at})" if at else ""))
+    return LayerResult(passed=False, detail="divergence: " + "; ".join(parts))

@@ -121,3 +121,20 @@ def test_unfamiliar_names_and_foreign_block_encodings_come_out_right(tmp_path: P
     assert env["messages"][1]["parts"][0]["arguments"] == {"city": "Lisbon"}
     assert env["messages"][2]["parts"][0]["response"] == {"temp_c": 21}
     assert env["diagnostics"] == []
+
+
+def test_unknown_shape_on_a_read_chat_span_names_that_span(tmp_path: Path, otlp_dump):
+    """A chat span a dialect read, whose messages attribute holds an unknown shape, is named itself (not
+    whichever span an earlier loop ended on), beside a well-formed chat span of the same session."""
+    def build(t):
+        with t.start_as_current_span("invoke_agent acme", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            with t.start_as_current_span("chat odd-model", attributes={
+                    "gen_ai.operation.name": "chat", "gen_ai.request.model": "odd-model",
+                    "gen_ai.input.messages": json.dumps([{"who": "me", "said": ASK}])}):
+                pass
+            chat_span(t, inputs=[user(ASK)], outputs=[assistant("It is sunny in Lisbon.")])
+
+    r = run("import", str(otlp_dump(build)), "--out", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    [line] = [x for x in r.output.splitlines() if "shape wt-otel does not know" in x]
+    assert "'chat odd-model'" in line and "gen_ai.input.messages" in line, line

@@ -23,11 +23,14 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "inject-response": {"wt_inject": 1, "reply": "shipped", "tool_calls": [{"name": "lookup", "arguments": {}}]},
     "surface-response": {"wt_inject": 1, "surface": {"system_instructions": [], "tool_definitions": [],
                                                       "extra_segments": []}},
+    "surface": {"wt_surface": 1, "source": "http://127.0.0.1:8647", "model": "gpt-4o-mini",
+                "surface": {"system_instructions": [{"type": "text", "content": "Be brief."}],
+                            "tool_definitions": [{"name": "lookup"}], "extra_segments": []}},
 }
 
 
 def test_every_contract_module_format_is_registered() -> None:
-    assert set(VALIDATED) == {"envelope", "universe", "cassette", "scenario", "trace"} == set(KINDS)
+    assert set(VALIDATED) == {"envelope", "universe", "cassette", "scenario", "trace", "surface"} == set(KINDS)
     assert set(EXAMPLES) <= set(FORMATS)
     assert all(FORMATS[name].title.startswith("wt-otel ") for name in FORMATS)
 

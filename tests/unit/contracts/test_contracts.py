@@ -29,6 +29,7 @@ from wt_otel.contracts import (
 from wt_otel.contracts.envelope import TextPart
 from wt_otel.contracts.problems import json_path
 from wt_otel.contracts.run import load_trace
+from wt_otel.contracts.surface import load_golden
 
 T1, T2 = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -186,19 +187,30 @@ def trace() -> dict[str, Any]:
         "turns": [{"text": "Which client?", "reply": "Bluewing.", "latency_ms": 12.5,
                    "tool_calls": [{"name": "client_lookup", "arguments": {"query": "Bluewing"}}]}],
         "mcp_calls": [{"tool_name": "client_lookup", "args": {"query": "Bluewing"}, "result": {"id": 7},
-                       "match": "exact", "divergence": None, "is_error": False, "timestamp_ms": 1783418400000}],
+                       "match": "exact", "is_error": False, "timestamp_ms": 1783418400000}],
         "evidence": {"witness": "available", "llm": "live"},
         "integrity": {"status": "PASS"},
     }
 
 
-VALID = {"envelope": envelope, "universe": universe, "cassette": cassette, "scenario": scenario, "trace": trace}
+def surface() -> dict[str, Any]:
+    """A golden surface (`wt-otel surface fetch`)."""
+    return {"wt_surface": 1, "source": "http://127.0.0.1:8647", "fetched_at": "2026-07-07T10:00:00Z",
+            "model": "gpt-example-1",
+            "surface": {"system_instructions": [{"type": "text", "content": "Answer from tools only."}],
+                        "tool_definitions": [{"name": "client_lookup", "input_schema": {"type": "object"}}],
+                        "extra_segments": []}}
+
+
+VALID = {"envelope": envelope, "universe": universe, "cassette": cassette, "scenario": scenario, "trace": trace,
+         "surface": surface}
 LOADERS = {
     "envelope": load_envelope,
     "universe": load_universe,
     "cassette": load_cassette,
     "scenario": load_scenario,
     "trace": load_trace,
+    "surface": load_golden,
 }
 
 

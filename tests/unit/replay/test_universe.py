@@ -91,7 +91,7 @@ def test_fail_call_is_the_default_and_logs_divergence(caplog: pytest.LogCaptureF
     assert a.divergence == {"policy": "fail_call", "matched": None}
     assert "universe_divergence: tool=lookup policy=fail_call" in caplog.text
     entry = u.call_log()[0]
-    assert entry["divergence"] == {"policy": "fail_call", "matched": None}
+    assert entry["extra"]["divergence"] == {"policy": "fail_call", "matched": None}  # the spec's place
     assert entry["error"] == "no_recorded_result" and entry["is_error"] is True
 
 
@@ -172,7 +172,7 @@ def test_unknown_tool_is_a_logged_fail_call() -> None:
     u = make(LOOKUP, {"on_miss": "empty"})
     a = u.call("delete_everything", {})
     assert a.is_error and a.match == "fail_call" and "not in the universe" in a.result["detail"]
-    assert u.call_log()[0]["divergence"]["policy"] == "empty"
+    assert u.call_log()[0]["extra"]["divergence"]["policy"] == "empty"
 
 
 # ---------------------------------------------------------------- state
@@ -182,7 +182,7 @@ def test_stateless_retry_is_not_a_divergence() -> None:
     u = make(LOOKUP)
     answers = [u.call("lookup", {"query": "Acme", "region": "us"}) for _ in range(3)]
     assert {(a.result["id"], a.match) for a in answers} == {(2, "exact")}
-    assert all(e["divergence"] is None for e in u.call_log())
+    assert all("extra" not in e for e in u.call_log())
 
 
 def test_sequence_mode_consumes_per_run_and_reset_rewinds() -> None:
@@ -222,7 +222,7 @@ def test_recorded_errors_are_answered_as_errors() -> None:
     assert a3.is_error is False  # an "error" key in a normal result is data
     log = u.call_log()
     assert [e.get("error") for e in log] == [True, "permission denied", None]
-    assert all(e["divergence"] is None for e in log)
+    assert all("extra" not in e for e in log)
 
 
 def test_call_log_shape_and_on_call() -> None:
@@ -230,7 +230,7 @@ def test_call_log_shape_and_on_call() -> None:
     u = make(LOOKUP, on_call=seen.append)
     u.call("lookup", {"query": "Bluewing", "region": "eu"})
     (entry,) = u.call_log()
-    assert set(entry) == {"tool_name", "args", "result", "match", "recording", "divergence", "is_error", "timestamp_ms"}
+    assert set(entry) == {"tool_name", "args", "result", "match", "recording", "is_error", "timestamp_ms"}
     assert entry["timestamp_ms"] > 1_600_000_000_000
     assert seen == [entry]
 

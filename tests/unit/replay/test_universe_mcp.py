@@ -133,7 +133,7 @@ def test_call_log_in_process_and_over_http(server: UniverseMCPServer) -> None:
     over_http = http_json(f"{base}/wt/calls")
     assert over_http["count"] == 3 and over_http["calls"] == server.call_log()
     assert [c["match"] for c in over_http["calls"]] == ["exact", "fail_call", "keyed"]
-    assert over_http["calls"][1]["divergence"] == {"policy": "fail_call", "matched": None}
+    assert over_http["calls"][1]["extra"]["divergence"] == {"policy": "fail_call", "matched": None}
     assert http_json(f"{base}/wt/reset-calls", "POST") == {"reset": True}
     assert http_json(f"{base}/wt/calls") == {"calls": [], "count": 0}
 

@@ -46,6 +46,40 @@ def extract(span: SpanRecord) -> list[Observation]:
     return []
 
 
+KNOWN = frozenset({"agent", "generation", "function", "tool", "response", "mcp_tools", "transcription", "speech",
+                   "speech_group"})
+CUSTOM = frozenset({"guardrail", "handoff", "custom"})
+
+
+def custom_span(span: SpanRecord) -> dict[str, Any] | None:
+    """A guardrail, handoff, custom or not-yet-known span type as a canonical custom span, or None.
+
+    trace2test keeps new SDK span types "as canonical custom spans so an import does not silently lose
+    their payload": the type is kept (an unknown one becomes `custom` with `sdk_type`), the payload too.
+    """
+    data = payload(span)
+    if data is None:
+        return None
+    kind = str(data.get("type") or "")
+    if kind in KNOWN:
+        return None
+    rest = {k: v for k, v in data.items() if k != "type"}
+    out: dict[str, Any] = {"type": kind if kind in CUSTOM else "custom", "span_id": span.span_id,
+                           "name": str(data.get("name") or (data.get("to_agent") if kind == "handoff" else None)
+                                       or kind or "custom")}
+    if kind not in CUSTOM:
+        out["sdk_type"] = kind
+    if kind == "guardrail":
+        out["triggered"] = bool(data.get("triggered"))
+    if kind == "handoff":
+        out["from_agent"], out["to_agent"] = data.get("from_agent"), data.get("to_agent")
+    if span.parent_span_id:
+        out["parent_span_id"] = span.parent_span_id
+    out["start_ns"] = span.start_ns
+    out["data"] = rest
+    return out
+
+
 def _generation(span: SpanRecord, data: dict[str, Any]) -> Observation:
     call = base_call(span, NAME)
     inputs = data["input"] if isinstance(data.get("input"), list) else []

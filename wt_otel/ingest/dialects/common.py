@@ -99,11 +99,39 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
     if isinstance(stream, bool):
         call.stream = stream
     call.error_type, call.error_message = span_error(span)
+    call.ttfb_ms = first_token_ms(span)
     call.conversation_id = conversation_id(a)
     definitions = a.get("gen_ai.tool.definitions")
     if definitions is not None:
         call.tool_definitions = [d for d in map(tool_definition, as_list(definitions) or []) if d]
     return call
+
+
+# Seconds from request to the first token, as producers name it (GenAI's metric name used as a span attribute,
+# GenAI's time_to_first_chunk, OpenLLMetry's streaming attribute).
+_TTFT_SECONDS = ("gen_ai.server.time_to_first_token", "gen_ai.response.time_to_first_chunk",
+                 "gen_ai.response.time_to_first_token", "llm.response.time_to_first_token",
+                 "llm.openai.chat_completions.streaming_time_to_first_token")
+# Span events marking the first streamed token (OpenInference: "First Token Stream Event").
+_FIRST_TOKEN_EVENTS = ("first token stream event", "gen_ai.first_token", "first_token")
+
+
+def first_token_ms(span: SpanRecord) -> float | None:
+    """Time to first token in ms from the span's own evidence, or None (unknown: never the total duration).
+
+    The GenAI metric is in seconds, but producers that copy it onto the span differ (Strands Agents writes
+    its `timeToFirstByteMs` there): a value that cannot be seconds (longer than the span, or a minute and
+    more when the span has no duration) but fits as milliseconds is read as milliseconds.
+    """
+    v = first(span.attributes, _TTFT_SECONDS)
+    if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
+        duration_ms = max(span.end_ns - span.start_ns, 0) / 1e6
+        as_ms = v * 1000.0 > duration_ms >= v if duration_ms else v >= 60
+        return float(v) if as_ms else float(v) * 1000.0
+    for ev in span.events:
+        if ev.name.lower() in _FIRST_TOKEN_EVENTS and ev.time_ns >= span.start_ns > 0:
+            return (ev.time_ns - span.start_ns) / 1e6
+    return None
 
 
 def span_error(span: SpanRecord) -> tuple[str | None, str | None]:
