@@ -218,9 +218,9 @@ class Server:
     def _read(self) -> None:
         for line in self.proc.stdout:
             self.out.append(line)
-            if m := re.match(r"OTLP/gRPC listening on (\S+)", line):
+            if m := re.search(r"OTLP/gRPC listening on (\S+)", line):
                 self.grpc = m.group(1)
-            if m := re.match(r"OTLP/HTTP listening on (http://\S+)", line):
+            if m := re.search(r"OTLP/HTTP listening on (http://\S+)", line):
                 self.http = m.group(1)
             if self.grpc and (self.http or "--bare-server" in self.proc.args):
                 self._ready.set()

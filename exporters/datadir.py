@@ -66,6 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
@@ -280,6 +282,37 @@ class DataDirStore:
         self.metrics.inc("wt_otel_sessions_written_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
+    def flag(self, name: str, ref: str | None = None, reason: str = "flagged by hand (wt-otel flag)") -> Written:
+        """Promote a written session to an incident after the fact: its envelope's `source` and its
+        scenario.yaml's tags say so, and a new index revision is appended (flagged, with the ref).
+
+        `name` is the session's slug, its key, or its directory. ValueError when there is no such session.
+        """
+        with self._lock:
+            slug = self._slugs.get(name) or Path(name).name
+            key = next((k for k, v in self._slugs.items() if v == slug), None)
+            directory = self.sessions / slug
+            if key is None or not (directory / ENVELOPE).is_file():
+                known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
+                raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
+            env = json.loads((directory / ENVELOPE).read_text(encoding="utf-8"))
+            source = env.setdefault("source", {})
+            ref = ref or (source.get("ref") if source.get("flag") else None) or key
+            source["ref"], source["flag"] = ref, reason
+            _rewrite(directory / ENVELOPE, json.dumps(env, indent=2, ensure_ascii=False) + "\n")
+            scenario = directory / "scenario.yaml"
+            if scenario.is_file():
+                text = scenario.read_text(encoding="utf-8")
+                data = yaml.safe_load(text) or {}
+                tags = [t for t in data.get("tags") or [] if not str(t).startswith("origin:")]
+                data["tags"] = [f"origin:{ref}", *[t for t in tags if t != "unreviewed"], "unreviewed"]
+                _rewrite(scenario, "# flagged by hand (wt-otel flag); the skeleton's comments were dropped\n"
+                         + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+            revision = self._revisions.get(key, 0) + 1
+            entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+            self._append(entry)
+            self._revisions[key] = revision
+            return Written(path=directory, slug=slug, revision=revision, entry=entry)
     def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
         """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""
         self._deferred.pop(session.key, None)
@@ -385,6 +418,11 @@ class DataDirStore:
         self.close()
 
 
+def _rewrite(path: Path, text: str) -> None:
+    """Replace a file atomically (a reader never sees half of it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 def _plain(record: Any) -> Any:
     """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
     deep-copies every value recursively and overflows the stack on hostile nesting."""

@@ -87,7 +87,9 @@ def layer_details(result: ScenarioResult) -> str:
 
 def _testcase(suite: ET.Element, result: ScenarioResult, classname: str) -> tuple[int, int]:
     case = _sub(suite, "testcase", classname=classname, name=result.scenario_id, time=f"{result.duration_s:.3f}")
-    _properties(case, {"verdict": result.verdict, "owner": result.owner, "origin": result.origin,
+    _properties(case, {"verdict": result.verdict, "reviewed": None if result.reviewed else "false",
+                       "reproduced": None if result.reproduced is None else str(result.reproduced).lower(),
+                       "owner": result.owner, "origin": result.origin,
                        "label": result.label, "model": result.model, "quant": getattr(result, "quant", None),
                        "triage": getattr(result, "triage", None), "runs": result.runs,
                        "runs_passed": result.runs_passed, "tags": ", ".join(result.tags),
@@ -101,6 +103,8 @@ def _testcase(suite: ET.Element, result: ScenarioResult, classname: str) -> tupl
     elif result.verdict in ("ERROR", "INVALID"):
         _sub(case, "error", body, message=message, type=result.verdict)
         errors = 1
+    elif result.verdict == "UNREVIEWED":  # not a pass: CI shows it as skipped, with whether it reproduced
+        _sub(case, "skipped", body, message=message)
     out = [body] if result.verdict == "PASS_WITH_VARIANCE" else []
     warnings = getattr(result, "warnings", None) or []
     out += ["warnings:", *(f"- {w}" for w in warnings)] if warnings else []
@@ -116,6 +120,7 @@ def to_element(sweep: SweepResult) -> ET.Element:
         by_pack.setdefault(result.pack or DEFAULT_SUITE, []).append(result)
     root = ET.Element("testsuites", {"name": "wt-otel"})
     totals = [0, 0, 0, 0.0]
+    totals_skipped = [0]
     host = socket.gethostname() or "localhost"
     for n, (pack, results) in enumerate(by_pack.items()):
         suite = _sub(root, "testsuite", name=pack, id=n, timestamp=sweep.started_at, hostname=host)
@@ -127,11 +132,14 @@ def to_element(sweep: SweepResult) -> ET.Element:
             f, e = _testcase(suite, result, pack)
             failures, errors = failures + f, errors + e
         time = sum(r.duration_s for r in results)
-        for key, value in (("tests", len(results)), ("failures", failures), ("errors", errors), ("skipped", 0),
+        skipped = sum(r.verdict == "UNREVIEWED" for r in results)
+        totals_skipped[0] += skipped
+        for key, value in (("tests", len(results)), ("failures", failures), ("errors", errors), ("skipped", skipped),
                            ("time", f"{time:.3f}")):
             suite.set(key, str(value))
         totals = [totals[0] + len(results), totals[1] + failures, totals[2] + errors, totals[3] + time]
-    for key, total in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]), ("skipped", 0),
+    for key, total in (("tests", totals[0]), ("failures", totals[1]), ("errors", totals[2]),
+                       ("skipped", totals_skipped[0]),
                        ("time", f"{totals[3]:.3f}"), ("timestamp", xml_safe(sweep.started_at))):
         root.set(key, str(total))
     return root

@@ -3,6 +3,7 @@
 Registered as the `result-spans` exporter (entry point group `wt_otel.exporters`):
 
     exporter = load("exporters", "result-spans")("http://127.0.0.1:6006", "http/protobuf", ["k=v"])
+    exporter = ResultSpansExporter.from_settings(resolve_otlp(...))   # flags/config, then OTEL_EXPORTER_OTLP_*
     report = exporter.export_sweep(sweep)        # the runner's SweepRun (record + traces + scenario dirs)
     report = exporter.export(record, evidence)   # or a results record with its evidence, e.g. from serve
 
@@ -47,6 +48,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, Tracer, set_span_in_context
 
 from wt_otel import __version__
+from wt_otel._util.otlp_env import OtlpSettings
 from wt_otel.contracts.results import SweepResult
 from wt_otel.exporters.span_plan import IncidentLink, PlannedSpan, ScenarioEvidence, incident_link, plan_sweep
 
@@ -99,6 +101,7 @@ class OtlpTarget:
     protocol: str = "http/protobuf"
     headers: Mapping[str, str] | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
+    signal_path: bool = True  # False: an http endpoint is a full URL (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -120,6 +123,8 @@ class OtlpTarget:
         endpoint = self.endpoint.strip()
         if self.protocol == "grpc":
             return endpoint if "://" in endpoint else f"http://{endpoint}"
+        if not self.signal_path:
+            return endpoint
         base = endpoint.rstrip("/")
         return base if base.endswith(HTTP_TRACES_PATH) else base + HTTP_TRACES_PATH
 
@@ -306,10 +311,25 @@ class ResultSpansExporter:
 
     def __init__(self, endpoint: str, protocol: str = "http/protobuf",
                  headers: Mapping[str, str] | Iterable[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 *, agent_name: str | None = None, warn: Callable[[str], None] | None = None) -> None:
-        self.target = OtlpTarget(endpoint, protocol, parse_headers(headers), timeout_s)
+                 *, agent_name: str | None = None, warn: Callable[[str], None] | None = None,
+                 signal_path: bool = True) -> None:
+        self.target = OtlpTarget(endpoint, protocol, parse_headers(headers), timeout_s, signal_path)
         self.agent_name = agent_name
         self.warn = warn or log.warning
+
+    @classmethod
+    def from_settings(cls, settings: OtlpSettings, *, agent_name: str | None = None,
+                      warn: Callable[[str], None] | None = None) -> ResultSpansExporter:
+        """From `wt_otel._util.otlp_env.resolve_otlp`'s answer (flags and config, then the OTel env vars).
+        A bad value is a ValueError that names where it came from (the flag, or the environment variable)."""
+        try:
+            return cls(settings.endpoint, settings.protocol, settings.headers,
+                       settings.timeout_s or DEFAULT_TIMEOUT_S, agent_name=agent_name, warn=warn,
+                       signal_path=settings.signal_path)
+        except ValueError as exc:
+            if settings.source.startswith("OTEL_"):
+                raise ValueError(f"{settings.source}={settings.endpoint}: {exc}") from None
+            raise
 
     def export_sweep(self, sweep: SweepRun) -> ExportReport:
         """The runner's sweep: its results record plus the traces and scenario directories behind it."""

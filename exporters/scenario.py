@@ -17,6 +17,7 @@ import yaml
 from wt_otel import __version__
 from wt_otel._util import safejson
 from wt_otel.exporters.envelope import source_ref
+from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.scorers import AUTO_REPLAY_SCORERS
 
@@ -214,12 +215,15 @@ def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stub
         "- [ ] `scorer.py`: replace the default outcome check with this incident's real one."
         if outcome_scorers is not None else "- [ ] `scorer.py`: write the outcome check (it fails until you do).",
         "- [ ] `scenario.yaml`: add assertions; uncomment `must_call` only if the route matters.",
+        "- [ ] `scenario.yaml`: drop the `unreviewed` tag once the above is done (until then a replay that "
+        "passes reads UNREVIEWED, never PASS).",
         "- [ ] Redaction: fixtures hold verbatim tool results; scrub PII and secrets before committing.",
     ]
     if stubbed:
         out.append(f"- [ ] Tool schemas stubbed (no definition recorded): {', '.join(_code(t) for t in stubbed)}")
     if not session.content_captured:
-        out.append("- [ ] Message content was not captured or was redacted: fill the user turns by hand.")
+        out.append("- [ ] Message content was not captured or was redacted: fill the user turns by hand "
+                   f"({_code(capture_hint(session))}).")
     if session.warnings:
         out += ["", "## Warnings", ""] + [f"- {_code(w)}" for w in session.warnings]
     if session.omitted_parts:

@@ -314,6 +314,9 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
         _put(attrs, key, value)
     for name, rate in result.layer_pass_rates.items():
         attrs[f"wt.layer.{name}.pass_rate"] = rate
+    if not result.reviewed:
+        attrs["wt.reviewed"] = False
+        _put(attrs, "wt.reproduced", result.reproduced)
     scores = {s.run_index: s for s in result.scores}
     runs = [run_span(t, scores.get(t.run_index), agent_name(t, agent), common) for t in evidence.traces]
     span = PlannedSpan(f"scenario {result.scenario_id}", fallback_ns, fallback_ns, attrs, children=runs)
@@ -340,6 +343,8 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
             _put(attrs, "wt.origin.ref", evidence.incident.origin_ref)
     if result.verdict in GREEN:
         span.status = "OK"
+    elif result.verdict == "UNREVIEWED":  # neither OK nor an error: it waits for a person
+        span.status = "UNSET"
     else:
         span.fail(f"{result.verdict}: {result.detail}" if result.detail else result.verdict)
     return span.enclose()
@@ -351,7 +356,7 @@ def plan_sweep(sweep: SweepResult, evidence: Sequence[ScenarioEvidence], agent: 
     end = iso_ns(sweep.finished_at) or start
     scenarios = [scenario_span(r, evidence[i] if i < len(evidence) else ScenarioEvidence(), sweep, end, agent)
                  for i, r in enumerate(sweep.scenarios)]
-    failed = [s for s in sweep.scenarios if s.verdict not in GREEN]
+    failed = [s for s in sweep.scenarios if s.verdict not in (*GREEN, "UNREVIEWED")]
     attrs: dict[str, AttrValue] = {"wt.sweep.id": sweep.sweep_id, "wt.sweep.passed": sweep.ok,
                                    "wt.sweep.scenarios": len(sweep.scenarios), "wt.sweep.failed": len(failed),
                                    OI_KIND: "CHAIN"}

@@ -13,7 +13,8 @@ from typing import IO
 
 from wt_otel.contracts.results import LAYERS, ScenarioResult, SweepResult
 
-COLOURS = {"PASS": "green", "PASS_WITH_VARIANCE": "yellow", "FAIL": "red", "INVALID": "magenta", "ERROR": "bold red"}
+COLOURS = {"PASS": "green", "PASS_WITH_VARIANCE": "yellow", "UNREVIEWED": "cyan", "FAIL": "red", "INVALID": "magenta",
+           "ERROR": "bold red"}
 HEADERS = ("VERDICT", "SCENARIO", "RUNS")
 
 

@@ -32,12 +32,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import field_validator
 
 from wt_otel._util.fsutil import unique_slug
+from wt_otel._util.otlp_env import resolve_otlp
 from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
@@ -69,6 +71,20 @@ def incident_ref(session: Session) -> str:
 
 
 @dataclass
+class _Target:
+    """An agent to replay against and the services whose incidents it takes."""
+
+    name: str
+    services: list[str]
+    runtime: Runtime
+    universe_port: int
+    llm_port: int
+
+    def takes(self, service: str | None) -> bool:
+        return service is not None and any(fnmatchcase(service, p) for p in self.services)
+
+
+@dataclass
 class _InFlight:
     """The job the worker is on, and its sweep once the runner returned (then only export is left)."""
 
@@ -92,12 +108,20 @@ class AutoReplay:
         from wt_otel.replay.runtimes import resolve_runtime
 
         self.runtime: Runtime = resolve_runtime(config.runtime, url=config.inject_url)
+        # replay targets per service: (name, patterns, runtime, universe port, llm port); the first match wins
+        self.targets: list[_Target] = [_Target("default", list(config.services), self.runtime, config.universe_port,
+                                               config.llm_port)]
+        for n, target in enumerate(config.targets, 1):
+            self.targets.append(_Target(f"target-{n}", list(target.services),
+                                        resolve_runtime(target.runtime, url=target.inject_url), target.universe_port,
+                                        target.llm_port))
         results = config.results
         self.exporter: Any = None
-        if results.otlp_endpoint:
-            self.exporter = load_component("exporters", "result-spans")(
-                results.otlp_endpoint, results.otlp_protocol, results.otlp_headers, agent_name=results.agent_name,
-                warn=self.warn)
+        settings = resolve_otlp(results.otlp_endpoint, results.otlp_protocol, results.otlp_headers or None,
+                                explicit_source="replay.results.otlp_endpoint")
+        if settings is not None:
+            self.exporter = load_component("exporters", "result-spans").from_settings(
+                settings, agent_name=results.agent_name, warn=self.warn)
         self.writer = load_plugin("sinks", "scenario-dir")(self.data_dir / SCENARIOS)
         self.queue = ReplayQueue(self.data_dir, config.queue_max)
         self._lock = threading.Lock()  # the in-flight job, between the worker and stop()
@@ -119,9 +143,23 @@ class AutoReplay:
     def results_target(self) -> str:
         """Where result spans go, in words (printed at start, so nobody wonders where they went)."""
         if self.exporter is None:
-            return ("not exported (no replay.results.otlp_endpoint / --results-otlp-endpoint; set one to send them "
-                    "to Phoenix, Jaeger, Tempo or any OTLP backend)")
+            return ("not exported (no replay.results.otlp_endpoint / --results-otlp-endpoint / "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT; set one to send them to Phoenix, Jaeger, Tempo or any OTLP backend)")
         return f"{self.exporter.target.url} ({self.exporter.target.protocol})"
+
+    def drop_exporter_if_self(self, ports: set[int]) -> str | None:
+        """An exporter aimed at this serve's own receivers (OTEL_EXPORTER_OTLP_ENDPOINT set for the apps, and
+        inherited by serve) would feed result spans back in; turn it off and say why."""
+        if self.exporter is None:
+            return None
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.exporter.target.url)
+        if url.hostname in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and url.port in ports:
+            target, self.exporter = self.exporter.target.url, None
+            return (f"result spans NOT exported: the endpoint {target} is this serve's own receiver "
+                    "(set replay.results.otlp_endpoint or --results-otlp-endpoint to a tracing backend)")
+        return None
 
     def start(self) -> AutoReplay:
         self._thread.start()
@@ -134,10 +172,25 @@ class AutoReplay:
         if not (session.complete and session.flagged):
             return
         ref = incident_ref(session)
-        if not session.content_captured:  # a skeleton with TODO turns is not a replayable incident
-            setting = next((d.get("setting") for d in session.diagnostics if d.get("setting")), None)
-            self._refuse(ref, "the session holds no message content (capture off or redacted)"
-                         + (f"; turn it on with {setting}" if setting else ""))
+        if not session.content_captured or not session.user_turns:  # nothing to inject: not a replayable incident
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_conversation")
+            if not session.content_captured:
+                setting = next((d.get("setting") for d in session.diagnostics if d.get("setting")), None)
+                self._refuse(ref, "no conversation to replay: the session holds no message content (capture off "
+                             f"or redacted in service {session.service_name or '(unknown)'})"
+                             + (f"; turn it on with {setting}" if setting else ""))
+            else:
+                self._refuse(ref, "no conversation to replay: the session has no user turn with text")
+            return
+        target = self.target_for(session)
+        if target is None:  # kept in the data dir and said; never replayed against another service's agent
+            configured = ", ".join(p for t in self.targets for p in t.services) or "none"
+            why = (f"no replay target for service {session.service_name or '(unknown)'} (replay.services / "
+                   f"--replay-service name the services the agent at {self.endpoint} serves; configured: "
+                   f"{configured})")
+            self.queue.refuse(ref, why)
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_target")
+            self.warn(f"incident {ref} NOT replayed: {why}; its session stays in the data dir")
             return
         admission = self.queue.admit(ref)
         if admission is QueueAdmission.DUPLICATE:
@@ -159,6 +212,7 @@ class AutoReplay:
             return
         entry = getattr(written, "entry", {}) or {}
         job = self.queue.enqueue(ref, f"{SCENARIOS}/{slug}", session=entry.get("path"), key=session.key,
+                                 target=target.name, service=session.service_name,
                                  revision=getattr(written, "revision", None), written_at=entry.get("written_at"),
                                  import_ms=_ms(t0))
         self.metrics.inc("wt_otel_replays_queued_total")
@@ -189,12 +243,18 @@ class AutoReplay:
 
     # ---------------------------------------------------------------- the worker
 
-    def _options(self) -> RunOptions:
+    def target_for(self, session: Session) -> _Target | None:
+        """The agent that replays this session's service, or None (the service has no replay target)."""
+        return next((t for t in self.targets if t.takes(session.service_name)), None)
+
+    def _options(self, job: Job | None = None) -> RunOptions:
         from wt_otel.replay.runner import RunOptions
 
         c = self.config
-        return RunOptions(runtime=self.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
-                          universe_port=c.universe_port, llm_port=c.llm_port, label=LABEL,
+        name = (job.info.get("target") if job is not None else None) or "default"
+        t = next((t for t in self.targets if t.name == name), self.targets[0])
+        return RunOptions(runtime=t.runtime, runs_dir=self.runs_dir, runs=c.runs, llm=c.llm, llm_match=c.llm_match,
+                          universe_port=t.universe_port, llm_port=t.llm_port, label=LABEL,
                           emit=lambda text: log.debug("%s", text), selection={"auto_replay": True},
                           ledger=False,  # appended here, so an abandoned replay cannot add a second row
                           synthesize=c.synthesize)
@@ -217,10 +277,10 @@ class AutoReplay:
         scenario_dir = self.data_dir / job.scenario
         t0 = time.perf_counter()
         try:
-            sweep = run_sweep([scenario_dir], self._options())
+            sweep = run_sweep([scenario_dir], self._options(job))
         except Exception as exc:  # the runner records failures itself; this is the last line
             log.exception("replay of %s crashed", job.ref)
-            sweep = error_sweep(scenario_dir, self._options(), f"the replay crashed: {type(exc).__name__}: {exc}")
+            sweep = error_sweep(scenario_dir, self._options(job), f"the replay crashed: {type(exc).__name__}: {exc}")
         replay_ms = _ms(t0)
         with self._lock:
             if self._current is None or self._current.job is not job:  # stop() closed it already
@@ -256,7 +316,7 @@ class AutoReplay:
         from wt_otel.replay.runner import error_sweep
         from wt_otel.reporting.outputs import append_ledger
 
-        sweep = error_sweep(self.data_dir / job.scenario, self._options(), reason)
+        sweep = error_sweep(self.data_dir / job.scenario, self._options(job), reason)
         append_ledger(self.runs_dir, _document(sweep))
         self._conclude(job, sweep)
 
@@ -278,8 +338,9 @@ class AutoReplay:
                 with contextlib.suppress(Exception):
                     self._close_interrupted(current.job, f"interrupted: wt-otel serve stopped during this replay "
                                                          f"(waited {wait:g} s); not retried")
-        with contextlib.suppress(Exception):
-            self.runtime.close()
+        for target in self.targets:
+            with contextlib.suppress(Exception):
+                target.runtime.close()
         self.queue.close()
 
     def join(self, timeout: float | None = None) -> bool:

@@ -59,7 +59,8 @@ def serve_config(out: Path, agent_url: str, universe_port: int, llm_port: int, s
     return ServeConfig(
         receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
         data_dir=out / "wt-data",
-        replay=ReplayConfig(enabled=True, inject_url=agent_url, universe_port=universe_port, llm_port=llm_port,
+        replay=ReplayConfig(enabled=True, inject_url=agent_url, services=["crm-agent"], universe_port=universe_port,
+                            llm_port=llm_port,
                             results=ReplayResultsConfig(otlp_endpoint=sink_url, agent_name="crm-agent")),
     )
 

@@ -113,6 +113,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, production: UniverseMCPSe
                                          "substantiated_by_tools())\n")
     # ...and the authored assertion suite: trajectory and constraint layers join the gate
     spec = yaml.safe_load((directory / "scenario.yaml").read_text())
+    spec["tags"] = [t for t in spec.get("tags", []) if t != "unreviewed"]  # reviewed now: a PASS can be a PASS
     spec["assertions"] = [
         {"type": "tool-sequence", "mode": "exact", "tools": ["client_lookup", "client_lookup"]},
         {"type": "tool-arguments", "tool": "client_lookup",
@@ -210,9 +211,9 @@ def test_a_stopped_endpoint_is_an_error_and_exit_1(scenario: Path, ports: tuple[
     agent.stop()
     res, [trace] = replay(scenario, agent.url, ports, tmp_path / "runs", "--out", str(tmp_path / "r.xml"))
     assert res.exit_code == 1
-    assert re.search(r"^ERROR +\S+ +0/1 .* run 1: reset failed: .*cannot connect", res.output, re.M), res.output
+    assert re.search(r"^ERROR +\S+ +0/1 .* run 1: the agent at \S+ is unreachable", res.output, re.M), res.output
     assert trace.integrity.status == "ERROR" and trace.turns == []
     suite = next(iter(JUnitXml.fromfile(str(tmp_path / "r.xml"))))
     assert (suite.tests, suite.failures, suite.errors) == (1, 0, 1)
     [row] = [json.loads(line) for line in (tmp_path / "runs" / "ledger.ndjsonl").read_text().splitlines()]
-    assert row["verdict"] == "ERROR" and "reset failed" in row["detail"]
+    assert row["verdict"] == "ERROR" and f"the agent at {agent.url} is unreachable" in row["detail"]

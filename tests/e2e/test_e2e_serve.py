@@ -113,9 +113,9 @@ class Serve:
         deadline = time.monotonic() + 20
         while self.grpc is None or self.http is None:
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if m := re.match(r"OTLP/gRPC listening on (\S+)", line):
+            if m := re.search(r"OTLP/gRPC listening on (\S+)", line):
                 self.grpc = m.group(1)
-            if m := re.match(r"OTLP/HTTP listening on (http://\S+)", line):
+            if m := re.search(r"OTLP/HTTP listening on (http://\S+)", line):
                 self.http = m.group(1)
 
     def _read(self, lines: queue.Queue[str]) -> None:
@@ -125,7 +125,7 @@ class Serve:
 
     def wait_written(self, timeout: float = 15) -> None:
         deadline = time.monotonic() + timeout
-        while not any(line.startswith("wrote ") for line in self.out):
+        while not any(" wrote " in line for line in self.out):
             assert time.monotonic() < deadline, self.out
             time.sleep(0.05)
 

@@ -225,7 +225,7 @@ def test_rotel_feeds_wt_otel_serve_which_writes_the_session(start_rotel, tmp_pat
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in serve.stdout:
-            if m := re.match(r"OTLP/gRPC listening on \S+:(\d+)", line):
+            if m := re.search(r"OTLP/gRPC listening on \S+:(\d+)", line):
                 break
         else:
             raise AssertionError("wt-otel serve did not start: " + serve.stderr.read())

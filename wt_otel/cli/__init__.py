@@ -7,7 +7,7 @@ the outcome to an exit code (0 ok, 1 some inputs had errors, 2 usage).
 one module per family and are registered on it here:
 
     files        schema, validate, import
-    serve        serve
+    serve        serve, flag
     servers      universe (serve, freeze), cassette (serve, record)
     conformance  conformance
     replay       run, report, check
@@ -28,8 +28,9 @@ def main() -> None:
     """Turn OpenTelemetry traces of LLM agents into hermetic regression tests."""
 
 
-for _command in (files.schema, files.validate, files.import_, serve.serve, servers.universe, servers.cassette,
-                 conformance.conformance, replay.run_, replay.report_, replay.check_, surface.surface):
+for _command in (files.schema, files.validate, files.import_, serve.serve, serve.flag, servers.universe,
+                 servers.cassette, conformance.conformance, replay.run_, replay.report_, replay.check_,
+                 surface.surface):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -17,8 +17,23 @@ from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
 
+def _trace_ids(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Trace ids as the sessions hold them (32 lowercase hex); anything else is a usage error, not a filter
+    that silently matches nothing."""
+    import re
+
+    out = []
+    for value in values:
+        text = value.strip().lower().removeprefix("0x")
+        if not re.fullmatch(r"[0-9a-f]{32}", text):
+            raise click.BadParameter(f"{value!r} is not a trace id (32 hex digits, e.g. "
+                                     "4bf92f3577b34da6a3ce929d0e0e4736)")
+        out.append(text)
+    return tuple(out)
+
+
 @click.command()
-@click.argument("name", type=click.Choice(list(CONTRACT_FORMATS)))
+@click.argument("name", type=click.Choice([*CONTRACT_FORMATS, "serve-config"]))
 def schema(name: str) -> None:
     """Print the JSON Schema of a wt-otel file or wire format.
 
@@ -34,11 +49,18 @@ def schema(name: str) -> None:
       ledger-row        one line of ledger.ndjsonl
       inject-response   Contract C /wt/inject response body
       surface-response  Contract C /wt/surface response body
+      serve-config      `wt-otel serve --config FILE` (docs/serve-config.md)
 
     The schema is generated from the models `wt-otel validate` uses;
     validate's messages are more precise, the schema is for editors and
     other tools.
     """
+    if name == "serve-config":
+        from wt_otel.serve.config import ServeConfig
+
+        click.echo(json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                               **ServeConfig.model_json_schema(), "title": "wt-otel serve config"}, indent=2))
+        return
     click.echo(json.dumps(json_schema(name), indent=2))
 
 
@@ -95,8 +117,8 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Input format; auto sniffs each file (gzip is always detected).")
 @click.option("--force", is_flag=True, help="Replace scenario directories that already exist.")
-@click.option("--trace-id", "trace_ids", multiple=True, metavar="ID",
-              help="Only sessions containing this trace id (hex); repeatable.")
+@click.option("--trace-id", "trace_ids", multiple=True, metavar="ID", callback=lambda _c, _p, v: _trace_ids(v),
+              help="Only sessions containing this trace id (32 hex digits); repeatable.")
 @click.option("--flagged-only", is_flag=True,
               help="Only sessions flagged as incidents (wt.incident / wt.flag / incident.id, negative feedback, or "
                    "the rules of --config).")

@@ -58,11 +58,13 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="Where --format writes (results.xml / results.json; the suffix implies the format).")
 @click.option("--otlp-endpoint", metavar="URL",
               help="Also export the results as OTel spans to this OTLP endpoint (e.g. http://127.0.0.1:4318; "
-                   "docs/viewing-results.md). A failed export is a warning, never a failed sweep.")
+                   "docs/viewing-results.md) [$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT; "
+                   "`none`: off]. A failed export is a warning, never a failed sweep.")
 @click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]),
-              help="OTLP protocol for --otlp-endpoint [default: http/protobuf].")
+              help="OTLP protocol for --otlp-endpoint [$OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf].")
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
-              help="A header sent with every export, e.g. authorization='Bearer T' (repeatable).")
+              help="A header sent with every export, e.g. authorization='Bearer T' (repeatable) "
+                   "[$OTEL_EXPORTER_OTLP_HEADERS].")
 @click.option("--agent-name", metavar="NAME",
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
@@ -120,6 +122,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     import logging
     import sys
 
+    from wt_otel._util.otlp_env import resolve_otlp
     from wt_otel.contracts.inject import RuntimeSpecError
     from wt_otel.contracts.perturbation import parse_flag
     from wt_otel.replay.packs import PackError
@@ -133,11 +136,13 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         perturbations = [parse_flag(spec) for spec in perturb]
         fmt = infer_format(fmt, out)
         dirs = find_scenarios(list(paths))
-        if (otlp_protocol or otlp_headers) and not otlp_endpoint:
-            raise ValueError("--otlp-protocol and --otlp-header need --otlp-endpoint URL")
-        spans = load_component("exporters", "result-spans")(
-            otlp_endpoint, otlp_protocol or "http/protobuf", otlp_headers, agent_name=agent_name,
-            warn=lambda text: click.echo(f"warning: {text}", err=True)) if otlp_endpoint else None
+        settings = resolve_otlp(otlp_endpoint, otlp_protocol, otlp_headers or None, explicit_source="--otlp-endpoint")
+        if (otlp_protocol or otlp_headers) and settings is None:
+            raise ValueError("--otlp-protocol and --otlp-header need --otlp-endpoint URL "
+                             "(or OTEL_EXPORTER_OTLP_ENDPOINT)")
+        spans = load_component("exporters", "result-spans").from_settings(
+            settings, agent_name=agent_name,
+            warn=lambda text: click.echo(f"warning: {text}", err=True)) if settings else None
         runtime = resolve_runtime(runtime_spec, url=inject_url)
     except (NoScenarios, RuntimeSpecError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)

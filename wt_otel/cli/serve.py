@@ -11,8 +11,10 @@ import click
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="YAML config (pipeline, receivers, data_dir, filter, assembler, flagger, redactor, queue, replay); "
                    "flags override it.")
-@click.option("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address [default 127.0.0.1:4317; port 0: any].")
-@click.option("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP address [default 127.0.0.1:4318; port 0: any].")
+@click.option("--grpc-endpoint", metavar="HOST:PORT|none",
+              help="OTLP/gRPC address [127.0.0.1:14317; port 0: any; none: off]. Not 4317: the collector's.")
+@click.option("--http-endpoint", metavar="HOST:PORT|none",
+              help="OTLP/HTTP address [127.0.0.1:14318; port 0: any; none: off]. Not 4318: the collector's.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), help="Where sessions go [./wt-data].")
 @click.option("--session-idle-timeout", type=float, metavar="SECONDS",
               help="A session with no new span for this long is complete [30].")
@@ -24,14 +26,22 @@ import click
               help="Turn automatic replay on, with this runtime: http_inject or python:MODULE:ATTR [replay.runtime].")
 @click.option("--inject-url", metavar="URL",
               help="Turn automatic replay on, against this Contract C endpoint [replay.inject_url].")
+@click.option("--replay-service", "replay_services", multiple=True, metavar="SERVICE",
+              help="service.name (fnmatch pattern) whose incidents the agent replays (repeatable) [replay.services]; "
+                   "incidents of other services are kept and reported, not replayed.")
 @click.option("--results-otlp-endpoint", metavar="URL",
               help="Export replay results as OTel spans to this OTLP endpoint [replay.results.otlp_endpoint].")
 @click.option("--quiet", "-q", is_flag=True, help="Do not print a line per written session revision.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True, help="debug adds gRPC core's own lines; warning hides the per-session lines.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: `<UTC time> <LEVEL> <message>`; json: one object per line (time, level, logger, message).")
 @click.pass_context
 def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | None, http_endpoint: str | None,
           data_dir: Path | None, session_idle_timeout: float | None, auth_token_file: Path | None,
           tls_cert: Path | None, tls_key: Path | None, replay_runtime: str | None, inject_url: str | None,
-          results_otlp_endpoint: str | None, quiet: bool) -> None:
+          replay_services: tuple[str, ...], results_otlp_endpoint: str | None, quiet: bool, log_level: str,
+          log_format: str) -> None:
     """Receive OTLP traces and logs, write every agent session to the data dir, and replay flagged incidents.
 
     \b
@@ -50,19 +60,21 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     the verdict goes to the ledger and, with --results-otlp-endpoint, out as
     OTel spans. Nothing is retried: an error is an ERROR row.
 
+    Log: one line per event, `<UTC time> <LEVEL> <message>` (--log-format json:
+    one object per line); info to stdout, warnings and errors to stderr.
+
     SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
     every open session, let the replay in flight finish (bounded), and exit 0.
     Exit 1 if it cannot start, 2 on a bad config.
     """
-    import logging
     import signal
     import threading
 
-    from wt_otel.ingest.otlp import check_protobuf_backend
     from wt_otel.serve.config import ConfigError, load_serve_config
+    from wt_otel.serve.logs import configure
     from wt_otel.serve.server import Server, ServeStartError
 
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = configure(log_level, "json" if log_format == "json" else "text")
     stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -75,36 +87,102 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
             "data_dir": data_dir and str(data_dir), "assembler.idle_timeout": session_idle_timeout,
             "replay.enabled": replay_on, "replay.runtime": replay_runtime, "replay.inject_url": inject_url,
             "replay.results.otlp_endpoint": results_otlp_endpoint,
+            "replay.services": list(replay_services) or None,
         })
     except ConfigError as exc:
-        click.echo(f"error: {exc}", err=True)
+        log.error("%s", exc)
         ctx.exit(2)
-    server = Server(config, quiet=quiet, emit=click.echo, warn=lambda text: click.echo(f"warning: {text}", err=True))
+    server = Server(config, quiet=quiet, emit=log.info, warn=log.warning)
     try:
         server.start()
     except ServeStartError as exc:
-        click.echo(f"error: {exc}", err=True)
+        log.error("%s", exc)
         ctx.exit(exc.exit_code)
     for note in server.recovery:
-        click.echo(f"data dir: {note}", err=True)
+        log.warning("data dir: %s", note)
     if server.grpc_port is not None:
         host = (config.receivers.grpc_endpoint or "").rpartition(":")[0]  # set: grpc_port is
-        click.echo(f"OTLP/gRPC listening on {host}:{server.grpc_port}")
+        log.info("OTLP/gRPC listening on %s:%s", host, server.grpc_port)
     if server.http_url is not None:
-        click.echo(f"OTLP/HTTP listening on {server.http_url} (/v1/traces, /v1/logs, /healthz, /metrics)")
-    backend = check_protobuf_backend()
-    click.echo(f"protobuf backend: {backend}")
-    if backend != "upb":
-        click.echo(f"WARNING: protobuf runs on the {backend!r} backend, not upb: decoding is ~200x slower. "
-                   "Unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION and reinstall protobuf.", err=True)
-    click.echo(f"data dir: {config.data_dir}")
+        log.info("OTLP/HTTP listening on %s (/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)",
+                 server.http_url)
+    log.info("data dir: %s", config.data_dir)
     if server.replay is not None:
-        click.echo(f"replay: flagged incidents -> {server.replay.endpoint} ({config.replay.runtime}, llm "
-                   f"{config.replay.llm}); runs in {config.runs_dir}; result spans {server.replay.results_target}")
+        log.info("replay: flagged incidents -> %s (%s, llm %s); runs in %s; result spans %s", server.replay.endpoint,
+                 config.replay.runtime, config.replay.llm, config.runs_dir, server.replay.results_target)
+        for target in server.replay.targets:
+            if target.services:
+                log.info("replay target %s: services %s -> %s", target.name, ", ".join(target.services),
+                         target.runtime.url or target.runtime.name)
+            else:
+                log.warning("replay: no service named for %s (--replay-service / replay.services): flagged "
+                            "incidents are kept and reported, not replayed", target.runtime.url or target.runtime.name)
     while not stop.wait(0.5):
         pass
-    click.echo("stopping: draining the queue and writing open sessions", err=True)
+    log.info("stopping: draining the queue and writing open sessions")
     server.stop()
     written = server.metrics.get("wt_otel_sessions_written_total")
-    click.echo(f"stopped: {written:g} session revision(s) written", err=True)
+    log.info("stopped: %s session revision(s) written", f"{written:g}")
     ctx.exit(0)
+
+
+@click.command("flag")
+@click.argument("session", metavar="SESSION")
+@click.option("--ref", metavar="INC-…", help="The incident id (source.ref) [the session's own ref, else its key].")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
+              show_default=True, help="The data dir `wt-otel serve` writes.")
+@click.option("--no-queue", is_flag=True, help="Do not queue it for automatic replay.")
+@click.pass_context
+def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_queue: bool) -> None:
+    """Promote a session in the data dir to an incident, after the fact.
+
+    SESSION is a session's slug (its folder under DATA_DIR/sessions/), its key,
+    or its folder. Its envelope and scenario.yaml are marked flagged (with
+    --ref as source.ref), a revision is appended to sessions.ndjsonl, the
+    session is copied to DATA_DIR/scenarios/<slug>/ (unreviewed) and queued
+    for replay: the next `wt-otel serve` with replay on replays it, or run it
+    now with `wt-otel run DATA_DIR/scenarios/<slug>`. This is how a run that
+    carries no flag attribute (an Agents SDK run without group_id, a
+    complaint that came by e-mail) becomes an incident.
+
+    Exit status: 0 flagged; 1 the data dir is in use (serve is running on it)
+    or cannot be written; 2 no such session.
+    """
+    import shutil
+
+    from wt_otel._util.fsutil import unique_slug
+    from wt_otel.components import load as load_component
+    from wt_otel.serve.replay_queue import QueueAdmission, ReplayQueue
+
+    try:
+        store = load_component("exporters", "datadir")(data_dir)
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
+        ctx.exit(1)
+    try:
+        try:
+            written = store.flag(session, ref)
+        except ValueError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+        ref = written.entry["flag_ref"]
+        click.echo(f"flagged {written.path} as incident {ref} (revision {written.revision})")
+        if no_queue:
+            return
+        queue = ReplayQueue(data_dir)
+        try:
+            if queue.admit(ref) is not QueueAdmission.OK:
+                click.echo(f"not queued: incident {ref} is already queued or replayed, or the queue is full")
+                return
+            scenarios = data_dir / "scenarios"
+            scenarios.mkdir(parents=True, exist_ok=True)
+            slug = unique_slug(ref, written.entry["key"], {p.name for p in scenarios.iterdir()})
+            shutil.copytree(written.path, scenarios / slug)
+            queue.enqueue(ref, f"scenarios/{slug}", session=str(written.entry["path"]), key=written.entry["key"],
+                          service=written.entry.get("service"), flagged_by="wt-otel flag")
+            click.echo(f"queued for replay: {scenarios / slug} (unreviewed; run it now with "
+                       f"`wt-otel run {scenarios / slug}`)")
+        finally:
+            queue.close()
+    finally:
+        store.close()

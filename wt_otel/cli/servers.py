@@ -12,6 +12,18 @@ if TYPE_CHECKING:  # the Choice value click passes; the module is imported when 
     from wt_otel.replay.cassette_server import MatchMode
 
 
+def listen_error(host: str, port: int, exc: BaseException) -> str:
+    """One line naming the address and the cause, e.g. a port in use (not `[Errno 98] Address already in use`)."""
+    import errno
+
+    causes = [exc, exc.__cause__, exc.__context__]
+    if any(isinstance(c, OSError) and c.errno == errno.EADDRINUSE for c in causes) or "in use" in str(exc):
+        return (f"cannot listen on {host}:{port}: the port is already in use (another process listens there; "
+                "choose another with --port, or --port 0 for a free one)")
+    inner = next((c for c in causes if isinstance(c, OSError) and c.strerror), None)
+    return f"cannot listen on {host}:{port}: {inner.strerror if inner else exc}"
+
+
 @click.group()
 def universe() -> None:
     """Serve a recorded tool universe over MCP, or freeze a run's calls into one."""
@@ -61,7 +73,7 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
     try:
         url = server.start()
     except (OSError, RuntimeError) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {listen_error(host, port, exc)}", err=True)
         ctx.exit(1)
     click.echo(f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s) "
                f"at {url} (Ctrl-C to stop)")
@@ -123,7 +135,7 @@ def cassette() -> None:
 @cassette.command("serve")
 @click.argument("file", type=click.Path(exists=True, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8649, show_default=True, help="0 picks a free port.")
 @click.option("--match", "match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="exact: by model, messages and tools; sequence: the Nth request gets the Nth recorded call.")
 @click.option("--run", "run", metavar="TRACE_ID", help="Which recorded run (a history key); default the latest.")
@@ -155,9 +167,13 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
 
     try:
         server = CassetteServer(file, host=host, port=port, match=match, run=run, pace=pace, on_call=line)
+    except (OSError, ValueError) as exc:  # unreadable, invalid (ContractError), unknown run
+        click.echo(f"error: {file}: {exc}", err=True)
+        ctx.exit(1)
+    try:
         url = server.start()
-    except (OSError, ValueError) as exc:  # unreadable, invalid (ContractError), unknown run, port taken
-        click.echo(f"error: {exc}", err=True)
+    except (OSError, RuntimeError) as exc:  # port taken
+        click.echo(f"error: {listen_error(host, port, exc)}", err=True)
         ctx.exit(1)
     replay = server.replay
     click.echo(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)")

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 LAYERS = ("outcome", "trajectory", "constraint", "robustness", "integrity")
 SCORE_SUFFIX = ".score.json"  # the per-run score sidecar, beside `run-<n>.trace.json`
-Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR"]
+# UNREVIEWED: an auto-imported incident whose default checks passed; it is not a pass (wt_otel.scoring.review)
+Verdict = Literal["PASS", "FAIL", "PASS_WITH_VARIANCE", "INVALID", "ERROR", "UNREVIEWED"]
 
 
 class _Model(BaseModel):
@@ -66,6 +67,8 @@ class ScenarioResult(_Model):
     robustness: list[dict[str, Any]] = Field(
         default_factory=list, description="one entry per perturbation run: {perturbation, passed, detail, run_id}")
     duration_s: float = 0.0
+    reviewed: bool = True  # False: tagged unreviewed (its outcome check is a default, not a person's)
+    reproduced: bool | None = None  # unreviewed only: same final answer and tool trajectory as the incident
 
 
 class SweepResult(_Model):
@@ -84,7 +87,9 @@ class SweepResult(_Model):
 
     @property
     def ok(self) -> bool:
-        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+        """Nothing failed (UNREVIEWED is not a failure, nor a pass: it waits for a person)."""
+        return self.stopped is None and all(s.verdict in ("PASS", "PASS_WITH_VARIANCE", "UNREVIEWED")
+                                            for s in self.scenarios)
 
 
 class LedgerRow(_Model):
@@ -117,6 +122,8 @@ class LedgerRow(_Model):
     origin: str | None = None
     git_sha: str | None = None
     wt_version: str | None = None
+    reviewed: bool = True
+    reproduced: bool | None = None
 
     @classmethod
     def from_result(cls, sweep: SweepResult, result: ScenarioResult, ts: str) -> LedgerRow:
@@ -125,4 +132,5 @@ class LedgerRow(_Model):
                    sampler=result.sampler, verdict=result.verdict, detail=result.detail, triage=result.triage,
                    runs=result.runs, runs_passed=result.runs_passed,
                    layer_pass_rates=result.layer_pass_rates, run_ids=result.run_ids, origin=result.origin,
-                   git_sha=sweep.git_sha, wt_version=sweep.wt_version)
+                   git_sha=sweep.git_sha, wt_version=sweep.wt_version, reviewed=result.reviewed,
+                   reproduced=result.reproduced)

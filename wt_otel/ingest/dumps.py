@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from wt_otel.contracts.formats import ENVELOPE
 from wt_otel.ingest.otlp import logs_from_json, logs_from_request, spans_from_json, spans_from_request
-from wt_otel.model.spans import STATUS_ERROR, LogRecord, SpanRecord
+from wt_otel.model.spans import STATUS_ERROR, Event, LogRecord, SpanRecord
 
 __all__ = [
     "FORMATS",
@@ -38,12 +38,13 @@ __all__ = [
     "LineError",
     "detect_format",
     "iso_to_ns",
+    "otlp_document",
     "read_dump",
     "sdk_span_id",
     "sdk_trace_id",
 ]
 
-FORMATS = ("otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
+FORMATS = ("otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 20
@@ -129,11 +130,42 @@ def _lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
 # --------------------------------------------------------------------------- detection
 
 
+_OTLP_KEYS = ("resourceSpans", "resource_spans", "resourceLogs", "resource_logs")
+
+
+def otlp_document(obj: Any) -> dict[str, Any] | None:
+    """The OTLP/JSON request inside what a backend exports, or None: a request itself (the Collector's file
+    exporter, Jaeger v2's OTLP API), Tempo's `{"batches": [ResourceSpans...]}`, and the `{"result": …}` /
+    `{"trace": …}` wrappers (Jaeger's api/v3, Tempo's api/v2)."""
+    if not isinstance(obj, dict):
+        return None
+    if any(k in obj for k in _OTLP_KEYS):
+        return obj
+    if isinstance(obj.get("batches"), list):
+        return {"resourceSpans": obj["batches"]}
+    for key in ("result", "trace"):
+        inner = obj.get(key)
+        if isinstance(inner, dict) and any(k in inner for k in _OTLP_KEYS):
+            return inner
+    return None
+
+
+def _is_jaeger(obj: Any) -> bool:
+    """Jaeger's JSON model (query API /api/traces, the UI's "Download JSON"): data[].spans[] + processes."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
+        return False
+    first = obj["data"][0] if obj["data"] else None
+    return isinstance(first, dict) and isinstance(first.get("spans"), list) and ("processes" in first
+                                                                                 or "traceID" in first)
+
+
 def _classify_json_line(obj: Any) -> str | None:
     if not isinstance(obj, dict):
         return None
-    if any(k in obj for k in ("resourceSpans", "resource_spans", "resourceLogs", "resource_logs")):
+    if otlp_document(obj) is not None:
         return "otlp-json"
+    if _is_jaeger(obj):
+        return "jaeger-json"
     if obj.get("object") in ("trace", "trace.span"):
         return "agents-jsonl"
     if all(k in obj for k in ("trace_id", "span_id", "type", "workflow_name")):
@@ -187,6 +219,15 @@ def detect_format(path: str | os.PathLike[str]) -> str:
                 tried += 1
                 if tried >= _SNIFF_LINES:
                     break
+            fh.seek(0)  # not one JSON value per line: maybe one pretty-printed document (a backend's download)
+            text = fh.read(MAX_RECORD_BYTES + 1)
+            if len(text) <= MAX_RECORD_BYTES:
+                try:
+                    found = _classify_json_line(json.loads(text))
+                except (ValueError, RecursionError):
+                    found = None
+                if found:
+                    return found
     except (OSError, EOFError, zlib.error) as e:
         raise DumpReadError(f"cannot read {path}: {e}") from e
     finally:
@@ -198,7 +239,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     what = "an empty file" if not head else "no recognisable content"
     raise DumpFormatError(
         f"{path}: cannot detect the dump format ({what}). Supported: "
-        "otlp-json (collector file exporter, one request per line: resourceSpans/resourceLogs), "
+        "otlp-json (collector file exporter, one request per line: resourceSpans/resourceLogs; or one "
+        "pretty-printed document, Tempo's {\"batches\": ...}, a {\"result\": ...} wrapper), "
+        "jaeger-json (Jaeger UI / query API: {\"data\": [{\"spans\": ..., \"processes\": ...}]}), "
         "otlp-proto (.pb/.binpb: one ExportTraceServiceRequest, or 4-byte length-prefixed messages), "
         'agents-jsonl (OpenAI Agents SDK: "object": "trace" / "trace.span" per line), '
         "generic-jsonl (trace_id, span_id, type, workflow_name per line), "
@@ -228,6 +271,7 @@ def read_dump(
         "otlp-json": lambda fh: _read_jsonl(path, fh, max_record_bytes, _OtlpJsonLines(path)),
         "agents-jsonl": lambda fh: _read_jsonl(path, fh, max_record_bytes, _AgentsLines(path)),
         "generic-jsonl": lambda fh: _read_jsonl(path, fh, max_record_bytes, _GenericLines(path)),
+        "jaeger-json": lambda fh: _read_jsonl(path, fh, max_record_bytes, _JaegerLines(path)),
         "otlp-proto": lambda fh: _read_proto(path, fh, max_record_bytes),
     }
     if fmt not in readers:
@@ -250,6 +294,9 @@ def _guarded(path: str, reader: Any) -> Iterator[Item]:
 
 
 def _read_jsonl(path: str, fh: IO[bytes], max_bytes: int, handler: Any) -> Iterator[Item]:
+    """One JSON value per line; or, when the first line is not a JSON value by itself (`{` of a
+    pretty-printed document, as a tracing UI downloads it), the whole file as one value (at most `max_bytes`)."""
+    first = True
     for lineno, raw in _lines(fh, max_bytes):
         if raw is None:
             yield LineError(path, lineno, f"line longer than {max_bytes} bytes; skipped")
@@ -259,9 +306,31 @@ def _read_jsonl(path: str, fh: IO[bytes], max_bytes: int, handler: Any) -> Itera
         try:
             obj = json.loads(raw)
         except ValueError as e:
+            if first and raw.lstrip()[:1] in (b"{", b"["):
+                yield from _read_document(path, lineno, raw, fh, max_bytes, handler)
+                return
             yield LineError(path, lineno, f"invalid JSON: {e}")
             continue
+        first = False
         yield from handler.line(lineno, obj)
+    yield from handler.finish()
+
+
+def _read_document(path: str, lineno: int, head: bytes, fh: IO[bytes], max_bytes: int,
+                   handler: Any) -> Iterator[Item]:
+    text = head + fh.read(max_bytes + 1 - len(head))
+    if len(text) > max_bytes:
+        yield LineError(path, lineno, f"a JSON document larger than {max_bytes} bytes; not read")
+        return
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        yield LineError(path, lineno, "invalid JSON document: nested too deeply")
+        return
+    except ValueError as e:
+        yield LineError(path, lineno, f"invalid JSON (neither one value per line nor one document): {e}")
+        return
+    yield from handler.line(lineno, obj)
     yield from handler.finish()
 
 
@@ -272,15 +341,129 @@ class _OtlpJsonLines:
         self.path = path
 
     def line(self, lineno: int, obj: Any) -> list[Item]:
-        if _classify_json_line(obj) != "otlp-json":
+        request = otlp_document(obj)
+        if request is None:
             what = "an object" if isinstance(obj, dict) else type(obj).__name__
-            return [LineError(self.path, lineno, f"expected resourceSpans or resourceLogs, got {what}")]
+            return [LineError(self.path, lineno, f"expected resourceSpans or resourceLogs (or Tempo's batches), "
+                                                 f"got {what}")]
+        obj = request
         try:  # list(): a line is all-or-nothing
             items: list[Item] = list(spans_from_json(obj))
             items.extend(logs_from_json(obj))
         except ValueError as e:
             return [LineError(self.path, lineno, str(e))]
         return items
+
+    def finish(self) -> list[Item]:
+        return []
+
+
+# --------------------------------------------------------------------------- Jaeger JSON
+
+_JAEGER_KINDS = {"client": "CLIENT", "server": "SERVER", "producer": "PRODUCER", "consumer": "CONSUMER",
+                 "internal": "INTERNAL"}
+# tags Jaeger derives from OTLP fields (its OTLP -> Jaeger translator); they go back into those fields
+_JAEGER_FIELD_TAGS = ("span.kind", "otel.status_code", "otel.status_description", "otel.scope.name",
+                      "otel.scope.version", "otel.library.name", "otel.library.version", "error")
+
+
+def _jaeger_id(value: Any, width: int, where: str) -> str:
+    if not isinstance(value, str) or not value or not re.fullmatch(r"[0-9a-fA-F]+", value) or len(value) > width:
+        raise ValueError(f"{where}: not a hex id of at most {width} digits: {value!r}")
+    return value.lower().rjust(width, "0")  # Jaeger drops leading zeros and keeps 64-bit trace ids
+
+
+def _jaeger_tags(tags: Any, where: str) -> dict[str, Any]:
+    """Jaeger's typed key/value list (`type`: string, bool, int64, float64, binary) to plain values."""
+    if tags is None:
+        return {}
+    if not isinstance(tags, list):
+        raise ValueError(f"{where}: must be a list of {{key, type, value}}")
+    out: dict[str, Any] = {}
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, dict) or not isinstance(tag.get("key"), str):
+            raise ValueError(f"{where}[{i}]: must be an object with a string key")
+        value, kind = tag.get("value"), str(tag.get("type") or "string").lower()
+        if kind == "int64" and isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+            value = int(value)
+        elif kind == "float64" and isinstance(value, str) and re.fullmatch(r"-?[\d.]+(e-?\d+)?", value):
+            value = float(value)
+        elif kind == "bool" and isinstance(value, str):
+            value = value.lower() == "true"
+        out[tag["key"]] = value
+    return out
+
+
+class _JaegerLines:
+    """A Jaeger JSON document (`{"data": [trace...]}`): each trace's spans, with their process as the resource."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def line(self, lineno: int, obj: Any) -> list[Item]:
+        if not _is_jaeger(obj):
+            return [LineError(self.path, lineno, 'expected Jaeger JSON: {"data": [{"traceID", "spans", '
+                                                 '"processes"}]}')]
+        items: list[Item] = []
+        for t, trace in enumerate(obj["data"]):
+            try:
+                items.extend(self._trace(trace, f"data[{t}]"))
+            except (ValueError, TypeError, AttributeError) as e:
+                items.append(LineError(self.path, lineno, str(e)))
+        return items
+
+    def _trace(self, trace: Any, where: str) -> list[SpanRecord]:
+        if not isinstance(trace, dict) or not isinstance(trace.get("spans"), list):
+            raise ValueError(f"{where}: a trace needs a spans list")
+        processes = trace.get("processes") or {}
+        if not isinstance(processes, dict):
+            raise ValueError(f"{where}.processes: must be an object")
+        resources: dict[str, dict[str, Any]] = {}
+        for pid, process in processes.items():
+            if not isinstance(process, dict):
+                raise ValueError(f"{where}.processes.{pid}: must be an object")
+            resource = _jaeger_tags(process.get("tags"), f"{where}.processes.{pid}.tags")
+            if isinstance(process.get("serviceName"), str):
+                resource["service.name"] = process["serviceName"]
+            resources[pid] = resource
+        return [self._span(span, resources, f"{where}.spans[{i}]") for i, span in enumerate(trace["spans"])]
+
+    def _span(self, span: Any, resources: dict[str, dict[str, Any]], where: str) -> SpanRecord:
+        if not isinstance(span, dict):
+            raise ValueError(f"{where}: must be an object")
+        trace_id = _jaeger_id(span.get("traceID"), 32, f"{where}.traceID")
+        parent = None
+        for ref in span.get("references") or []:
+            if isinstance(ref, dict) and ref.get("refType", "CHILD_OF") == "CHILD_OF" and ref.get("spanID"):
+                parent = _jaeger_id(ref["spanID"], 16, f"{where}.references.spanID")
+                break
+        if parent is None and span.get("parentSpanID"):  # older Jaeger JSON
+            parent = _jaeger_id(span["parentSpanID"], 16, f"{where}.parentSpanID")
+        tags = _jaeger_tags(span.get("tags"), f"{where}.tags")
+        start_us, duration_us = span.get("startTime", 0), span.get("duration", 0)
+        if not isinstance(start_us, int) or not isinstance(duration_us, int):
+            raise ValueError(f"{where}: startTime and duration must be integers (microseconds)")
+        events = []
+        for j, entry in enumerate(span.get("logs") or []):
+            if not isinstance(entry, dict):
+                raise ValueError(f"{where}.logs[{j}]: must be an object")
+            fields = _jaeger_tags(entry.get("fields"), f"{where}.logs[{j}].fields")
+            name = fields.pop("event", "") or ""
+            events.append(Event(name=str(name), time_ns=int(entry.get("timestamp") or 0) * 1000, attributes=fields))
+        status = str(tags.get("otel.status_code", "")).upper()
+        if status not in ("OK", "ERROR"):
+            status = STATUS_ERROR if tags.get("error") is True else "UNSET"
+        return SpanRecord(
+            trace_id=trace_id, span_id=_jaeger_id(span.get("spanID"), 16, f"{where}.spanID"),
+            name=str(span.get("operationName") or ""), parent_span_id=parent,
+            kind=_JAEGER_KINDS.get(str(tags.get("span.kind", "")).lower(), "INTERNAL"),
+            start_ns=start_us * 1000, end_ns=(start_us + duration_us) * 1000,
+            attributes={k: v for k, v in tags.items() if k not in _JAEGER_FIELD_TAGS},
+            events=events, status_code=status, status_message=str(tags.get("otel.status_description") or ""),
+            resource=dict(resources.get(str(span.get("processID")), {})),
+            scope_name=str(tags.get("otel.scope.name") or tags.get("otel.library.name") or ""),
+            scope_version=str(tags.get("otel.scope.version") or tags.get("otel.library.version") or ""),
+        )
 
     def finish(self) -> list[Item]:
         return []

@@ -247,13 +247,27 @@ class FlagRules:
         """Set (or clear) `flagged`, `flag_reason`, `flag_ref`; a disabled flagger leaves the session alone."""
         if not self.enabled:
             return None
-        session.flagged, session.flag_ref, session.flag_reason = False, None, None
+        session.flagged, session.flag_ref, session.flag_reason, session.flag_refs = False, None, None, []
         flag = self.evaluate(spans)
         if flag is not None:
             session.flagged = True
             session.flag_reason = flag.reason
             session.flag_ref = flag.ref or (session.trace_ids[0] if session.trace_ids else None)
+            session.flag_refs = self.explicit_refs(spans)
         return flag
+
+    def explicit_refs(self, spans: list[SpanRecord]) -> list[str]:
+        """Each trace's own incident id (from a rule's ref), in trace order: one conversation can carry several
+        incidents, flagged at different turns, and each must become its own scenario, not fold into the first."""
+        by_trace: dict[str, list[SpanRecord]] = {}
+        for span in spans:
+            by_trace.setdefault(span.trace_id, []).append(span)
+        refs: list[str] = []
+        for trace_spans in by_trace.values():
+            flag = self.evaluate(trace_spans)
+            if flag is not None and flag.ref and flag.ref not in refs:
+                refs.append(flag.ref)
+        return refs
 
     @staticmethod
     def _ref(rule: FlagRule, value: Any, spans: list[SpanRecord]) -> str | None:

@@ -8,6 +8,7 @@ failure leaves whole scenarios or none.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from wt_otel.ingest.flags import FlagRules
 from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations, witnessed
 from wt_otel.model.session import Session, ToolExecution
 
-FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "wtin")
+FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
 
 
 class SessionWriter(Protocol):
@@ -99,6 +100,16 @@ def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
     yield session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
 
 
+def later_incidents(session: Session) -> Iterator[Session]:
+    """One conversation flagged several times (each trace with its own incident id): every id after the first
+    is a session of its own (key `<key>+<id>`), so each incident becomes its own scenario."""
+    for ref in session.flag_refs:
+        if ref != session.flag_ref:
+            yield dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
+                                      flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
+                                                  f"conversation of {session.flag_ref})")
+
+
 def import_dumps(
     paths: list[Path],
     writer: SessionWriter,
@@ -163,7 +174,7 @@ def import_dumps(
                         continue
             yield from merge_continuations(unnamed)
 
-        found: Iterator[Session] | list[Session] = sessions()
+        found: Iterator[Session] | list[Session] = (x for s in sessions() for x in (s, *later_incidents(s)))
         if strict:  # every warning is fatal: judge all sessions before writing any
             found = list(found)
             warned = [f"session {s.key}: {w}" for s in found for w in s.warnings]

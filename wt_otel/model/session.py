@@ -82,6 +82,7 @@ class Session:
     flagged: bool = False
     flag_ref: str | None = None
     flag_reason: str | None = None
+    flag_refs: list[str] = field(default_factory=list)  # every explicit incident id flagged in it, in order
     root_span_id: str | None = None
     omitted_parts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

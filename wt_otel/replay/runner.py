@@ -36,6 +36,7 @@ import json
 import os
 import subprocess
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -57,11 +58,12 @@ from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
 from wt_otel.replay.recorder import RecordingProxy
-from wt_otel.replay.runtimes import Runtime, new_session_id
+from wt_otel.replay.runtimes import Runtime, describe_exception, new_session_id
 from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir, recording_path
 from wt_otel.replay.universe import RecordedUniverse
 from wt_otel.reporting.outputs import append_ledger
 from wt_otel.scoring.layers import score_scenario
+from wt_otel.scoring.review import UNREVIEWED_TAG, mark_unreviewed
 from wt_otel.scoring.triage import triage
 from wt_otel.scoring.verdict import divergence_note, run_integrity
 
@@ -155,7 +157,8 @@ class SweepRun:
 
     @property
     def passed(self) -> bool:
-        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE") for s in self.scenarios)
+        return self.stopped is None and all(s.status in ("PASS", "PASS_WITH_VARIANCE", "UNREVIEWED")
+                                            for s in self.scenarios)
 
     @property
     def exit_code(self) -> int:
@@ -426,8 +429,11 @@ class _Run:
             self.error = f"reset failed: {exc}"
         except ContractViolation as exc:
             self.error = f"{phase}: {exc}"
+            if exc.__cause__ is not None:  # the agent's own exception: its traceback goes into the trace
+                self.error_traceback = _traceback(exc.__cause__)
         except Exception as exc:  # a runtime bug must still leave a trace, not kill the sweep
-            self.error = f"{phase}: the runtime raised {type(exc).__name__}: {exc}"
+            self.error = f"{phase}: the runtime raised {describe_exception(exc)}"
+            self.error_traceback = _traceback(exc)
 
     def trace(self, servers: ScenarioServers | None) -> Trace:
         mcp_calls = servers.mcp_calls() if servers else []
@@ -451,7 +457,14 @@ class _Run:
             evidence=Evidence(witness="available" if witnessed else "unavailable",
                               llm="replay" if servers and servers.cassette else "live"),
             warnings=self.warnings, integrity=integrity, timings=Timings(total_ms=_ms(self.t0), **self.timings),
+            **({"error_traceback": self.error_traceback} if getattr(self, "error_traceback", None) else {}),
         )
+
+
+def _traceback(exc: BaseException, limit: int = 20_000) -> str:
+    """The formatted traceback (exception groups with every sub-exception), bounded."""
+    text = "".join(traceback.format_exception(exc))
+    return text if len(text) <= limit else text[:limit // 2] + "\n[... cut ...]\n" + text[-limit // 2:]
 
 
 def error_trace(loaded: LoadedScenario, options: RunOptions, sweep_id: str, reason: str) -> Trace:
@@ -567,6 +580,8 @@ class Sweep:
                                 extra_perturbations=bool(self.options.perturbations), universe=loaded.universe)
         if scored.verdict == "ERROR" and skipped > 0:
             scored.detail = f"{scored.detail} ({skipped} later run(s) skipped)"
+        if not loaded.error and loaded.scenario is not None and UNREVIEWED_TAG in (loaded.scenario.tags or []):
+            mark_unreviewed(scored, result.traces, loaded.path)
         result.ran, result.verdict_detail = True, scored.detail
         result.record = judged_record(scored, self._membership(loaded), result.traces, label=self.options.label)
 
@@ -580,6 +595,18 @@ class Sweep:
         results: list[ScenarioRun] = []
         stopped: str | None = None
         errors_in_a_row = 0
+        probe = getattr(self.options.runtime, "unreachable", None)
+        why = probe() if callable(probe) and scenarios else None
+        if why is not None:  # checked once: each scenario is a short ERROR (trace + row) naming the URL given
+            reason = f"the agent at {self.options.runtime.url} is unreachable ({why}); nothing was run"
+            self.options.emit(f"error: {reason}. Start the agent there, or point --url at it")
+            for loaded in scenarios:
+                result = ScenarioRun(loaded.id, loaded.path, self.options.runs or loaded.runs)
+                self._write(result, self._scenario_dir(loaded),
+                            error_trace(loaded, self.options, self.sweep_id, reason))
+                self._judge(result, loaded)
+                results.append(result)
+            return self.finish(results)
         for i, loaded in enumerate(scenarios, 1):
             if stopped:
                 results.append(self._not_run(loaded, stopped))

@@ -114,6 +114,21 @@ class HttpInjectRuntime:
     def transport_timeout_s(self) -> float:
         return self.timeout_s + self.grace_s
 
+    def unreachable(self, timeout_s: float = 3.0) -> str | None:
+        """Why nothing listens at the URL (one TCP connect), or None: checked once before a sweep, so a dead
+        endpoint is one clear line instead of one long error per scenario."""
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            return exc.strerror or str(exc) or type(exc).__name__
+
     def post(self, route: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         """One POST, no retry. Returns (status, body) for any HTTP answer; raises `ContractViolation`
         when there is none (refused, timed out after the grace, connection broken)."""
@@ -135,9 +150,9 @@ class HttpInjectRuntime:
             if isinstance(exc.reason, TimeoutError):
                 raise self._timeout(where) from exc
             raise ContractViolation(
-                where, f"cannot connect: {exc.reason}. Is the agent endpoint running? Contract C endpoints listen "
-                       f"on {DEFAULT_URL} by default; point the driver elsewhere with --url or {ENV_URL} "
-                       "(not retried)", rule="unreachable") from exc
+                where, f"cannot connect to {self.base}: {exc.reason}. Is the agent endpoint running there? "
+                       f"Point the driver elsewhere with --url or {ENV_URL} (not retried)",
+                rule="unreachable") from exc
         except TimeoutError as exc:
             raise self._timeout(where) from exc
         except (HTTPException, OSError) as exc:
@@ -303,8 +318,8 @@ class PythonRuntime:
             out = call_agent(self.agent, text, session_id)
         except Exception as exc:
             raise ContractViolation(
-                self.name, f"the agent raised {type(exc).__name__}: {exc} (return {{\"reply\": \"\", \"tool_calls\": "
-                           "[...], \"error\": \"...\"}} for an agent-level failure the bench should score)",
+                self.name, f"the agent raised {describe_exception(exc)} (return {{\"reply\": \"\", \"tool_calls\": "
+                           "[...], \"error\": \"...\"} for an agent-level failure the bench should score)",
                 rule="agent_raised") from exc
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
         data = _as_response(out)
@@ -342,6 +357,26 @@ def call_agent(agent: Callable[..., Any], text: str, session_id: str) -> Any:
             return await out
         out = asyncio.run(wait())
     return out
+
+
+def describe_exception(exc: BaseException, limit: int = 5) -> str:
+    """`Type: message`; for an (anyio/asyncio) exception group, its leaf exceptions, which say what went wrong
+    ("ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)" alone says nothing)."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+
+        def walk(group: BaseExceptionGroup) -> None:
+            for inner in group.exceptions:
+                if isinstance(inner, BaseExceptionGroup):
+                    walk(inner)
+                else:
+                    leaves.append(inner)
+
+        walk(exc)
+        shown = "; ".join(f"{type(e).__name__}: {e}" for e in leaves[:limit])
+        more = f"; and {len(leaves) - limit} more" if len(leaves) > limit else ""
+        return f"{type(exc).__name__} with {len(leaves)} error(s): {shown}{more}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _as_response(out: Any) -> Any:

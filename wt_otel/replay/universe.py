@@ -156,9 +156,21 @@ class RecordedUniverse:
 
     @classmethod
     def from_file(cls, path: str, **kwargs: Any) -> RecordedUniverse:
-        """Load and validate a `*.universe.json` (raises `ContractError` naming every problem)."""
+        """Load and validate a `*.universe.json` (raises `ContractError` naming every problem, or ValueError
+        "not a universe file" for something else: JSON lines, a dump, a non-object, no version key)."""
         with open(path, encoding="utf-8") as f:
-            return cls(load_universe(json.load(f)), **kwargs)
+            try:
+                data = json.load(f)
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"not a universe file (*.universe.json is one JSON object; this is not JSON: "
+                                 f"{exc})") from None
+        if not isinstance(data, dict) or "windtunnel_universe" not in data:
+            what = "has no windtunnel_universe key" if isinstance(data, dict) else f"is a JSON {type(data).__name__}"
+            hint = ("; a telemetry dump? import it first: wt-otel import DUMP --out DIR"
+                    if isinstance(data, dict) and ("resourceSpans" in data or "data" in data) else "")
+            raise ValueError(f"not a universe file (it {what}, where a *.universe.json is an object with "
+                             f"\"windtunnel_universe\": 1){hint}")
+        return cls(load_universe(data), **kwargs)
 
     # ------------------------------------------------------------ answering
 

@@ -15,6 +15,9 @@ The receivers read `config.receivers`.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,7 +43,9 @@ __all__ = [
     "PipelineConfig",
     "ReplayConfig",
     "ReplayResultsConfig",
+    "ReplayTarget",
     "ServeConfig",
+    "expand_env",
     "load_serve_config",
 ]
 
@@ -54,7 +59,7 @@ class _Strict(BaseModel):
 class FilterConfig(_Strict):
     """The cheap GenAI filter in front of everything else."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="off: every span goes to the assembler (costly on mixed traffic)")
     max_known_traces: int = Field(100_000, gt=0, description="LRU of trace ids known to carry GenAI spans")
 
 
@@ -63,8 +68,8 @@ class AssemblerConfig(_Strict):
 
     idle_timeout: float = Field(30.0, gt=0, description="seconds with no new record before a session is complete")
     grace: float = Field(2.0, ge=0, description="seconds to wait after the root agent/workflow span ended")
-    max_open_sessions: int = Field(10_000, gt=0)
-    max_records_per_session: int = Field(20_000, gt=0)
+    max_open_sessions: int = Field(10_000, gt=0, description="beyond it the oldest session is flushed incomplete")
+    max_records_per_session: int = Field(20_000, gt=0, description="beyond it the session is flushed incomplete")
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
     max_held_bytes: int = Field(384 * 1024 * 1024, gt=0, description="bytes of records held by open and retained "
@@ -74,16 +79,17 @@ class AssemblerConfig(_Strict):
 class RedactionPattern(_Strict):
     """A user pattern; a named group `secret` limits the replacement to that group."""
 
-    name: str
-    regex: str
+    name: str = Field(description="shown in the replacement as {name}")
+    regex: str = Field(description="Python regular expression")
 
 
 class RedactorConfig(_Strict):
     """Off by default: redaction changes what replay sees, so it is a decision, not a surprise."""
 
     enabled: bool = False
-    builtins: list[Literal["email", "api_key", "bearer", "card"]] = ["email", "api_key", "bearer", "card"]
-    patterns: list[RedactionPattern] = []
+    builtins: list[Literal["email", "api_key", "bearer", "card"]] = Field(
+        ["email", "api_key", "bearer", "card"], description="built-in patterns applied when enabled")
+    patterns: list[RedactionPattern] = Field([], description="your own patterns, after the built-ins")
     attribute_keys: list[str] = Field(default_factory=list, description="object keys whose values are blanked")
     replacement: str = Field("[REDACTED:{name}]", description="`{name}` is the pattern name")
 
@@ -91,7 +97,7 @@ class RedactorConfig(_Strict):
 class QueueConfig(_Strict):
     """Admission (`wt_otel.serve.budget`): what may wait in memory, and what one client may take of it."""
 
-    max_queued_records: int = Field(100_000, gt=0)
+    max_queued_records: int = Field(100_000, gt=0, description="beyond it exports get 429 / RESOURCE_EXHAUSTED")
     max_bytes: int = Field(512 * 1024 * 1024, gt=0, description="memory budget in bytes (estimated) for the queue, "
                            "open sessions and retained records; past it exports get 429 / RESOURCE_EXHAUSTED")
     max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
@@ -104,12 +110,35 @@ class QueueConfig(_Strict):
 
 
 class ReplayResultsConfig(_Strict):
-    """Where replay results go as OTel spans (the `result-spans` exporter); no endpoint: not exported."""
+    """Where replay results go as OTel spans (the `result-spans` exporter). Each key falls back to the OTel
+    SDK's environment variable; no endpoint anywhere: not exported."""
 
-    otlp_endpoint: str | None = Field(None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317")
-    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
-    otlp_headers: dict[str, str] = Field(default_factory=dict, description="sent with every export")
+    otlp_endpoint: str | None = Field(
+        None, description="e.g. http://127.0.0.1:6006 (Phoenix) or 127.0.0.1:4317 "
+                          "[$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, $OTEL_EXPORTER_OTLP_ENDPOINT]; "
+                          "`none`: off even when the environment names one")
+    otlp_protocol: Literal["grpc", "http/protobuf"] | None = Field(
+        None, description="[$OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf]")
+    otlp_headers: dict[str, str] = Field(default_factory=dict,
+                                         description="sent with every export [$OTEL_EXPORTER_OTLP_HEADERS]")
     agent_name: str | None = Field(None, description="gen_ai.agent.name on invoke_agent spans [the inject URL]")
+
+
+class ReplayTarget(_Strict):
+    """One more agent to replay against: the incidents of the services it names go to it."""
+
+    services: list[str] = Field(description="service.name values (fnmatch patterns) whose incidents it replays")
+    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR")
+    inject_url: str | None = Field(None, description="its Contract C base URL (http_inject)")
+    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools, as this agent is configured")
+    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM, as this agent is configured")
+
+    @field_validator("services")
+    @classmethod
+    def _some(cls, names: list[str]) -> list[str]:
+        if not names:
+            raise ValueError("a replay target names at least one service")
+        return names
 
 
 class ReplayConfig(_Strict):
@@ -122,15 +151,21 @@ class ReplayConfig(_Strict):
     which is why those ports are fixed by default, as in `wt-otel run`.
     """
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="also turned on by --replay-runtime / --inject-url")
+    services: list[str] = Field(
+        default_factory=list, description="service.name values (fnmatch patterns) replayed against runtime/inject_url "
+                                          "[--replay-service]; incidents of other services are kept and reported, "
+                                          "not replayed against the wrong agent")
+    targets: list[ReplayTarget] = Field(default_factory=list, description="more agents, each for its services")
     runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
     llm: Literal["auto", "replay", "live", "record"] = Field(
-        "auto", description="as `wt-otel run --llm` (the same default): auto replays the incident's cassette")
-    llm_match: Literal["exact", "sequence"] = "exact"
-    universe_port: int = Field(8648, ge=0, le=65535)
-    llm_port: int = Field(8649, ge=0, le=65535)
+        "auto", description="as `wt-otel run --llm`, the same default: auto replays the incident's cassette "
+                            "(the recorded LLM on llm_port), live only for a scenario without one")
+    llm_match: Literal["exact", "sequence"] = Field("exact", description="how the cassette server matches requests")
+    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools as an MCP server")
+    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM as an OpenAI-compatible API")
     runs_dir: Path | None = Field(None, description="traces, scores and the ledger [<data-dir>/runs]")
     results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
     queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
@@ -168,9 +203,11 @@ class PipelineConfig(_Strict):
 
 
 class ServeConfig(_Strict):
+    """`wt-otel serve --config FILE`: every section optional, every key defaulted; flags override the file."""
+
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
-    data_dir: Path = Path("wt-data")
+    data_dir: Path = Field(Path("wt-data"), description="sessions, scenarios, replay queue and runs")
     filter: FilterConfig = Field(default_factory=FilterConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
@@ -188,10 +225,44 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 
 
-def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> ServeConfig:
+_ENV_REF = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
+
+
+def expand_env(value: Any, env: Mapping[str, str] | None = None, where: str = "") -> Any:
+    """`${env:VAR}` and `${env:VAR:-default}` in every string of a parsed config, as the OTel Collector does;
+    `$$` is a literal `$`. Expanded after YAML parsing, so a variable's value is text in one key, never YAML
+    structure. A variable that is unset (and has no default) is a ConfigError naming it and the key."""
+    env = os.environ if env is None else env
+    if isinstance(value, dict):
+        return {k: expand_env(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str) or "$" not in value:
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        if m.group(3) is not None:
+            raise ConfigError(f"{where or '(top)'}: {m.group(0)!r} is not a reference wt-otel expands: write "
+                              "${env:VAR} or ${env:VAR:-default} (or $$ for a literal $)")
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where or '(top)'}: environment variable {name} is not set (referenced as "
+                          f"{m.group(0)}; set it, or give a default: ${{env:{name}:-VALUE}})")
+
+    return _ENV_REF.sub(one, value)
+
+
+def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None = None,
+                      env: Mapping[str, str] | None = None) -> ServeConfig:
     """The config from `path` (YAML; none = defaults), with dotted-key `overrides` applied on top.
 
-    `overrides` maps e.g. "receivers.grpc_endpoint" to a value; None values are
+    `${env:VAR}` / `${env:VAR:-default}` in the file's values are expanded from `env` (default: the
+    process environment). `overrides` maps e.g. "receivers.grpc_endpoint" to a value; None values are
     skipped so unset command-line flags leave the file's setting alone.
     """
     data: dict[str, Any] = {}
@@ -202,7 +273,10 @@ def load_serve_config(path: Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(f"{path}: cannot read config: {e}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the config must be a mapping of sections (receivers, data_dir, ...)")
-        data = loaded or {}
+        try:
+            data = expand_env(loaded or {}, env)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

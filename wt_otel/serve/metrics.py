@@ -14,13 +14,28 @@ Labels = tuple[tuple[str, str], ...]
 HELP = {
     "wt_otel_spans_received_total": "Spans received by the OTLP receivers.",
     "wt_otel_log_records_received_total": "Log records received by the OTLP receivers.",
+    "wt_otel_metric_points_dropped_total": "OTLP metric data points received and dropped (wt-otel keeps traces and "
+                                           "logs; metrics are accepted so an app's exporter does not fail).",
     "wt_otel_records_accepted_total": "Spans and log records accepted into the pipeline.",
     "wt_otel_records_rejected_total": "Spans and log records rejected, by reason.",
     "wt_otel_records_dropped_total": "Records dropped by a processor, by reason (e.g. not GenAI).",
     "wt_otel_sessions_open": "Sessions being assembled.",
     "wt_otel_sessions_written_total": "Session revisions written to the data dir.",
     "wt_otel_sessions_flushed_incomplete_total": "Sessions flushed early because a memory bound was hit.",
+    "wt_otel_sessions_without_content_total": "Sessions written with no message content (capture off), by service.",
+    "wt_otel_replay_skipped_total": "Flagged incidents not replayed, by reason (no_conversation: nothing to inject; "
+                                    "no_target: no replay target for the service).",
+    "wt_otel_sessions_reopened_total": "Written sessions re-opened by late records (a new revision follows).",
+    "wt_otel_pipeline_errors_total": "Sessions that could not be built or written (a bug; see the log).",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
+    "wt_otel_http_connections_refused_total": "OTLP/HTTP connections refused at once (503): over the connection "
+                                              "limits, total or per client.",
+    "wt_otel_http_read_timeouts_total": "OTLP/HTTP requests that did not arrive whole within http_read_timeout.",
+    "wt_otel_queue_bytes": "Estimated bytes waiting in the pipeline queue (queue.max_bytes budget).",
+    "wt_otel_datadir_degraded": "1 while the data dir cannot be written (disk full): exports get 503.",
+    "wt_otel_sessions_deferred": "Sessions kept in memory while the data dir cannot be written.",
+    "wt_otel_sessions_quarantined_total": "Sessions set aside in <data-dir>/quarantine (a stage failed on them).",
+    "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",

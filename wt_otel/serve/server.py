@@ -20,6 +20,7 @@ finishes or abandons its replay within a bounded wait, and only then is the data
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from wt_otel.components import (
     StageContext,
     check_plugin,
 )
+from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig
@@ -54,6 +56,7 @@ class SessionPipeline:
     assembler: Any
     session_stages: list[tuple[str, Any]] = field(default_factory=list)
     queue: Pipeline | None = None
+    no_content_services: set[str] = field(default_factory=set)
     admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
 
     @property
@@ -65,9 +68,31 @@ class SessionPipeline:
         return self.context.recovery
 
     def emit_session(self, session: Session, spans: list[SpanRecord]) -> None:
-        """The assembler's sink: each completed session through the session stages, in order."""
+        """The assembler's sink: each completed session through the session stages, in order.
+
+        One conversation can carry several incidents (flagged at different turns, each with its own id):
+        each id other than the session's first goes through the stages after the flagger as a session of
+        its own (key `<key>+<id>`), so every incident is its own scenario and none folds into another."""
         done = CompletedSession(session, spans)
-        for name, stage in self.session_stages:
+        after_flagger = self._run_stages(done)
+        if after_flagger is None:
+            return
+        self._say_if_no_content(session)
+        if not after_flagger:
+            return
+        for ref in session.flag_refs:
+            if ref == session.flag_ref:
+                continue
+            other = dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
+                                        flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
+                                                    f"conversation of {session.flag_ref})")
+            self._run_stages(CompletedSession(other, spans), start=after_flagger)
+
+    def _run_stages(self, done: CompletedSession, start: int = 0) -> int | None:
+        """The session stages from `start` on; the index after the flagger (0: none), None when halted."""
+        session, spans = done.session, done.spans
+        after_flagger = 0
+        for n, (name, stage) in enumerate(self.session_stages[start:], start):
             try:
                 stage.on_session(done)
             except Exception as exc:
@@ -77,9 +102,23 @@ class SessionPipeline:
                 # hostile content must cost this session a stage, not its data
                 log.exception("session %s: stage %s failed", session.key, name)
                 store.quarantine(session, spans, f"stage {name} failed: {type(exc).__name__}: {exc}")
-                return
+                return None
             if done.halted:  # the store deferred or quarantined it: nothing after it has a `written`
-                return
+                return None
+            if name == "flagger":
+                after_flagger = n + 1
+        return after_flagger
+
+    def _say_if_no_content(self, session: Session) -> None:
+        """Content capture off (the default of GenAI instrumentations): said once per service, with the
+        setting that turns it on, and counted per service."""
+        if session.content_captured or not session.llm_calls:
+            return
+        service = session.service_name or "(unknown service)"
+        self.context.metrics.inc("wt_otel_sessions_without_content_total", service=service)
+        if service not in self.no_content_services:
+            self.no_content_services.add(service)
+            self.context.warn(capture_hint(session))
 
     def start_queue(self, *, max_queued_records: int, tick_interval: float) -> Pipeline:
         """The bounded queue in front of `head`, with admission control (`serve.queue`) and, when there is a
@@ -214,6 +253,7 @@ class Server:
         self.pipeline: Pipeline | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
+        self._no_content_services: set[str] = set()
 
     @property
     def store(self) -> Any:
@@ -265,6 +305,10 @@ class Server:
                 replay.stop(0)
             self.stages.close_stages()
             raise ServeStartError(f"cannot start the receivers: {exc}") from exc
+        if self.replay is not None:
+            ports = {p for p in (self.grpc_port, self.http_port) if p}
+            if note := self.replay.drop_exporter_if_self(ports):
+                self.warn(note)
         self.stages.start_stages()
         return self
 

@@ -39,7 +39,7 @@ def test_a_sweep_appends_one_row_per_scenario_with_provenance(tmp_path: Path) ->
     read = Ledger(tmp_path / "runs" / "ledger.ndjsonl").read()
     assert read.problems == [] and not read.torn
     first, broken = read.rows
-    assert (first.scenario_id, first.verdict, first.runs, first.runs_passed) == ("a-orders", "PASS", 2, 2)
+    assert (first.scenario_id, first.verdict, first.runs, first.runs_passed) == ("a-orders", "UNREVIEWED", 2, 2)
     assert (first.pack, first.owner, first.origin, first.model) == ("billing", "team-ops", "incident-412", "gpt-x")
     assert first.label == "nightly" and first.sweep_id == result.sweep_id and first.wt_version == __version__
     assert first.layer_pass_rates["integrity"] == 1.0 and set(first.layer_pass_rates) <= set(LAYERS)

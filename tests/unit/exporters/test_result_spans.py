@@ -470,3 +470,77 @@ def test_bad_otlp_flags_are_usage_errors_before_anything_runs(args: list[str], t
     res = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0", *args)
     assert res.exit_code == 2 and "error:" in res.stderr
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- OTEL_EXPORTER_OTLP_* (issue 12)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_run_honours_the_otel_exporter_environment(protocol: str, tmp_path: Path, receiver: SimpleNamespace,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`OTEL_EXPORTER_OTLP_ENDPOINT=http://sink wt-otel run …`: the sink receives the spans, with the env's headers."""
+    monkeypatch.chdir(tmp_path)
+    write_runnable(tmp_path / "sc", "orders")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoints[protocol])
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{TOKEN}")  # the receiver demands it
+    res = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0")
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.stderr and "result span(s) sent to" in res.output
+    assert by_name(receiver.collected.wait_for(3))["scenario orders"]
+
+
+def test_run_traces_endpoint_is_used_as_a_full_url(tmp_path: Path, receiver: SimpleNamespace,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_runnable(tmp_path / "sc", "orders")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoints["http/protobuf"] + "/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"authorization=Bearer {TOKEN}")
+    res = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0")
+    assert res.exit_code == 0 and "warning" not in res.stderr, res.output
+    assert receiver.collected.wait_for(3)
+
+
+def test_run_flags_override_the_environment(tmp_path: Path, receiver: SimpleNamespace,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_runnable(tmp_path / "sc", "orders")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=wrong")
+    res = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0",
+              "--otlp-endpoint", receiver.endpoints["http/protobuf"], "--otlp-header", f"authorization=Bearer {TOKEN}")
+    assert res.exit_code == 0 and "warning" not in res.stderr, res.output
+    assert receiver.collected.wait_for(3)
+    off = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0", "--otlp-endpoint", "none")
+    assert off.exit_code == 0 and "warning" not in off.stderr and "result span" not in off.output
+
+
+def test_run_names_the_variable_of_a_bad_environment_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_runnable(tmp_path / "sc", "orders")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    res = cli("run", "sc", "--runtime", AGENT_RUNTIME, "--universe-port", "0")
+    assert res.exit_code == 2 and "OTEL_EXPORTER_OTLP_PROTOCOL=http/json" in res.stderr
+
+
+def test_serve_replay_results_fall_back_to_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wt_otel.serve.config import ReplayConfig, ReplayResultsConfig
+
+    auto_replay = load("processors", "auto-replay")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://sink:4318/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    replay = auto_replay(ReplayConfig(enabled=True), tmp_path, tmp_path / "runs")
+    assert replay.results_target == "http://sink:4318/v1/traces (http/protobuf)"
+    replay.queue.close()
+    configured = auto_replay(ReplayConfig(enabled=True, results=ReplayResultsConfig(
+        otlp_endpoint="127.0.0.1:4317", otlp_protocol="grpc")), tmp_path, tmp_path / "runs")
+    assert configured.results_target == "http://127.0.0.1:4317 (grpc)"
+    assert configured.drop_exporter_if_self({4317}) is not None  # pointed at serve itself: off, said
+    assert configured.results_target.startswith("not exported")
+    configured.queue.close()
+    off = auto_replay(ReplayConfig(enabled=True, results=ReplayResultsConfig(otlp_endpoint="none")),
+                      tmp_path, tmp_path / "runs")
+    assert off.results_target.startswith("not exported")
+    off.queue.close()

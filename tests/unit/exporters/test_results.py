@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from junitparser import Error, Failure, JUnitXml, Properties, TestCase, TestSuite
 
-from tests.unit.replay.test_run import AGENT_RUNTIME, ScriptedAgent, cli, free_port, sweep, write_scenario
+from tests.unit.replay.test_run import AGENT_RUNTIME, McpEndpoint, ScriptedAgent, cli, free_port, sweep, write_scenario
 from wt_otel.components import load
 from wt_otel.contracts.results import LayerResult, LedgerRow, RunScore, ScenarioResult, SweepResult
 from wt_otel.replay.runtimes import PythonRuntime
@@ -153,22 +153,23 @@ def test_dead_endpoint_is_an_error_in_junit_json_and_the_ledger(tmp_path: Path) 
         assert f"{fmt} in {tmp_path / name}" in res.output.splitlines()[-1]
     [case] = parse_junit(tmp_path / "results.xml")["cases"].values()
     [error] = case.result
-    assert isinstance(error, Error) and error.type == "ERROR" and "reset failed" in error.message
+    assert isinstance(error, Error) and error.type == "ERROR" and f"agent at {down} is unreachable" in error.message
     assert case.name == "orders" and case.classname == "default"
     doc = SweepResult.model_validate_json((tmp_path / "results.json").read_text())
     [rec] = doc.scenarios
-    assert (rec.verdict, rec.runs, rec.runs_passed) == ("ERROR", 1, 0) and "cannot connect" in rec.detail
+    assert (rec.verdict, rec.runs, rec.runs_passed) == ("ERROR", 1, 0) and "unreachable" in rec.detail
     assert rec.run_ids == [f"{doc.sweep_id}/orders/run-1"] and doc.finished_at is not None
     rows = [LedgerRow.model_validate_json(line) for line in (runs / "ledger.ndjsonl").read_text().splitlines()]
     assert [(r.scenario_id, r.verdict) for r in rows] == [("orders", "ERROR")] * 2  # one row per sweep
-    assert rows[1].sweep_id == doc.sweep_id and "reset failed" in rows[1].detail
+    assert rows[1].sweep_id == doc.sweep_id and down in rows[1].detail  # checked once, the URL given named
 
 
 def test_circuit_breaker_not_run_scenarios_are_error_rows(tmp_path: Path) -> None:
     for sid in ("s1", "s2", "s3", "s4"):
         write_scenario(tmp_path / "sc", sid)
-    res = cli("run", str(tmp_path / "sc"), "--inject-url", f"http://127.0.0.1:{free_port()}", "--universe-port",
-              "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "r.xml"))  # suffix: junit
+    with McpEndpoint("http://127.0.0.1:1/mcp", reset_status=500) as endpoint:  # reachable; every reset fails
+        res = cli("run", str(tmp_path / "sc"), "--inject-url", endpoint.url, "--universe-port",
+                  "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "r.xml"))  # suffix: junit
     assert res.exit_code == 1
     cases = parse_junit(tmp_path / "r.xml")["cases"]
     assert list(cases) == ["s1", "s2", "s3", "s4"]

@@ -157,9 +157,9 @@ def test_cli_exit_codes() -> None:
     result = runner.invoke(main, ["conformance", "--url", dead])
     assert result.exit_code == 1
     assert result.output.splitlines()[1:] == [
-        f"FAIL endpoint: POST {dead}/wt/reset: reset failed, the run cannot be isolated: cannot connect: "
-        "[Errno 111] Connection refused. Is the agent endpoint running? Contract C endpoints listen on "
-        "http://127.0.0.1:8647 by default; point the driver elsewhere with --url or WT_INJECT_URL (not retried)",
+        f"FAIL endpoint: POST {dead}/wt/reset: reset failed, the run cannot be isolated: cannot connect to {dead}: "
+        "[Errno 111] Connection refused. Is the agent endpoint running there? Point the driver elsewhere with "
+        "--url or WT_INJECT_URL (not retried)",
         "SKIP remaining checks: the endpoint is unreachable",
         "INFO result: NOT conforming: 1 check(s) failed",
     ]

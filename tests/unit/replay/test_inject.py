@@ -291,9 +291,11 @@ def test_slow_endpoint_fails_after_deadline_plus_grace_without_retry() -> None:
 
 
 def test_connection_refused_says_how_to_fix_it() -> None:
-    exc = violation(f"http://127.0.0.1:{free_port()}")
+    url = f"http://127.0.0.1:{free_port()}"
+    exc = violation(url)
     assert exc.rule == "unreachable"
-    assert "cannot connect" in str(exc) and "Is the agent endpoint running?" in str(exc)
+    assert f"cannot connect to {url}" in str(exc) and "Is the agent endpoint running there?" in str(exc)
+    assert "8647" not in str(exc)  # the URL given, not the default (issue 12)
     assert "WT_INJECT_URL" in str(exc)
 
 

@@ -78,7 +78,7 @@ def sink() -> Iterator[ResultSink]:
 
 def serve_config(data_dir: Path, candidate: Candidate, sink: ResultSink, **replay: Any) -> ServeConfig:
     settings: dict[str, Any] = {"enabled": True, "inject_url": candidate.url, "universe_port": candidate.universe_port,
-                                "llm_port": candidate.llm_port,
+                                "llm_port": candidate.llm_port, "services": ["crm-agent"],
                                 "results": ReplayResultsConfig(otlp_endpoint=sink.url), **replay}
     return ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"), data_dir=data_dir,
                        assembler=AssemblerConfig(grace=0.3), replay=ReplayConfig(**settings))
@@ -171,21 +171,24 @@ def test_a_flagged_incident_in_live_telemetry_is_imported_replayed_scored_and_ex
     events, _, _ = read_events(live.data_dir / QUEUE_FILE)
     assert [e["event"] for e in events] == ["enqueued", "started", "done"]
     assert events[0]["ref"] == INCIDENT and events[0]["scenario"] == f"scenarios/{scenario.name}"
-    assert events[-1]["verdict"] == "PASS", events[-1]
+    assert events[-1]["verdict"] == "UNREVIEWED", events[-1]  # default checks passed: not a plain PASS
     # the ledger row, as `wt-otel run` writes it, and the trace beside it
     [row] = ledger_rows(live.data_dir / "runs")
-    assert (row["scenario_id"], row["verdict"], row["origin"], row["label"]) == (scenario.name, "PASS", INCIDENT,
-                                                                               "auto-replay")
+    assert (row["scenario_id"], row["verdict"], row["origin"], row["label"]) == (scenario.name, "UNREVIEWED",
+                                                                               INCIDENT, "auto-replay")
+    assert row["reviewed"] is False and row["reproduced"] is True, row  # the recorded LLM: the same answer
     assert list((live.data_dir / "runs").glob("*/*/run-1.trace.json"))
     # the result spans, linked to the incident's trace
     spans = [s for _, s in sink.spans if s.attributes.get("wt.origin.ref") == INCIDENT]
     [scenario_span] = [s for s in spans if s.name.startswith("scenario ")]
-    assert scenario_span.attributes["wt.verdict"] == "PASS"
+    assert scenario_span.attributes["wt.verdict"] == "UNREVIEWED"
+    assert scenario_span.attributes["wt.reviewed"] is False
     incident_traces = {e["trace_ids"][0] for e in latest.values() if e["flagged"]}
     assert [link.trace_id for link in scenario_span.links] == list(incident_traces)
-    assert live.metrics.get("wt_otel_replays_total", verdict="PASS") == 1
+    assert live.metrics.get("wt_otel_replays_total", verdict="UNREVIEWED") == 1
     assert live.metrics.get("wt_otel_replay_queue_depth") == 0
-    assert any(line.startswith(f"replayed incident {INCIDENT}: PASS") for line in live.lines), live.lines
+    assert any(line.startswith(f"replayed incident {INCIDENT}: UNREVIEWED: unreviewed: incident REPRODUCED")
+               for line in live.lines), live.lines
 
 
 def test_a_revision_of_a_queued_incident_is_not_queued_again(live: Live, candidate: Candidate, sink: ResultSink,
@@ -255,9 +258,9 @@ def test_stopping_mid_replay_closes_it_as_error_and_the_next_start_runs_what_was
     finally:
         restarted.stop()
     done = restarted.events("done")
-    assert [e["verdict"] for e in done] == ["ERROR", "PASS"], [e["detail"] for e in done]
+    assert [e["verdict"] for e in done] == ["ERROR", "UNREVIEWED"], [e["detail"] for e in done]
     assert len(restarted.events("started")) == 2  # each job started once: nothing was retried
-    assert [r["verdict"] for r in ledger_rows(tmp_path / "runs")] == ["ERROR", "PASS"]
+    assert [r["verdict"] for r in ledger_rows(tmp_path / "runs")] == ["ERROR", "UNREVIEWED"]
 
 
 def test_a_job_found_started_at_start_up_is_an_error_row_not_a_retry(live: Live, candidate: Candidate,
@@ -295,10 +298,10 @@ def test_an_agent_endpoint_that_is_down_is_an_error_row_and_span_and_is_not_retr
         time.sleep(1.0)  # long enough for a retry loop to show itself
     finally:
         serve.stop()
-    assert done["verdict"] == "ERROR" and "reset failed" in done["detail"], done
+    assert done["verdict"] == "ERROR" and f"the agent at {down} is unreachable" in done["detail"], done
     assert len(serve.events("started")) == 1
     [row] = ledger_rows(tmp_path / "runs")
-    assert row["verdict"] == "ERROR" and "reset failed" in row["detail"]
+    assert row["verdict"] == "ERROR" and f"the agent at {down} is unreachable" in row["detail"]
     assert serve.server.metrics.get("wt_otel_replay_errors_total") == 1
     [span] = [s for _, s in sink.spans if s.name.startswith("scenario ") and s.attributes.get("wt.origin.ref") == ref]
     assert span.status_code == "ERROR" and span.attributes["wt.verdict"] == "ERROR"
@@ -322,7 +325,7 @@ def test_serve_flags_turn_replay_on_and_bad_replay_settings_are_exit_2(tmp_path:
     base = [sys.executable, "-m", "wt_otel.cli", "serve", "--data-dir", str(tmp_path), "--grpc-endpoint",
             "127.0.0.1:0", "--http-endpoint", "127.0.0.1:0", "--inject-url", "http://127.0.0.1:1"]
     done = subprocess.run([*base, "--results-otlp-endpoint", "ftp://x"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and "error: replay: OTLP endpoint 'ftp://x'" in done.stderr, done.stderr
+    assert done.returncode == 2 and "ERROR   replay: OTLP endpoint 'ftp://x'" in done.stderr, done.stderr
     done = subprocess.run([*base, "--replay-runtime", "python:no_such_module_here:agent"], capture_output=True,
                           text=True, timeout=30)
-    assert done.returncode == 2 and "error: replay:" in done.stderr, done.stderr
+    assert done.returncode == 2 and "ERROR   replay:" in done.stderr, done.stderr

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.support.paths import ROOT
+from wt_otel.serve.receivers.config import ReceiversConfig
 
 CONFIG_DIR = ROOT / "collector-config"
 OTELCOL_CONFIGS = sorted(CONFIG_DIR.glob("otelcol*.yaml"))
@@ -72,7 +73,7 @@ CONTRIB_COMPONENTS = {
     },
 }
 SECTIONS = tuple(CONTRIB_COMPONENTS)
-WT_OTEL_GRPC_PORT = 4317
+WT_OTEL_GRPC_PORT = int(ReceiversConfig().grpc_endpoint.rsplit(":", 1)[1])  # serve's default
 
 
 def load(path: Path) -> dict:

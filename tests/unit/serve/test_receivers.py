@@ -586,7 +586,7 @@ def test_stop_refuses_new_connections(make_env):
 
 def test_routes_and_methods(make_env):
     env = make_env()
-    status, _, payload = env.post("/v1/metrics", b"", PB)
+    status, _, payload = env.post("/v1/profiles", b"", PB)
     assert status == 404 and "no such path" in status_message(payload)
     status, response, _ = env.post("/v1/traces", b"", None, method="GET")
     assert status == 405 and response.getheader("Allow") == "POST"
@@ -645,3 +645,56 @@ def test_hand_encoded_status_matches_google_rpc():
     status = status_pb2.Status.FromString(rpc_status_bytes(8, "full ✓", [("type.googleapis.com/x", b"\x01")]))
     assert (status.code, status.message, status.details[0].type_url, status.details[0].value) == (
         8, "full ✓", "type.googleapis.com/x", b"\x01")
+
+
+# --------------------------------------------------------------------------- metrics: accepted and dropped (issue 12)
+
+
+def sdk_metrics_data():
+    """Real metric data from the OTel SDK: a counter (1 point) and a histogram with two attribute sets (2 points)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "receiver-test"}))
+    meter = provider.get_meter("wt-otel-tests")
+    meter.create_counter("gen_ai.requests").add(3)
+    histogram = meter.create_histogram("gen_ai.client.token.usage")
+    histogram.record(12, {"gen_ai.token.type": "input"})
+    histogram.record(5, {"gen_ai.token.type": "output"})
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    return data
+
+
+def test_sdk_metric_exporters_succeed_and_points_are_counted_and_dropped(make_env):
+    """An app exporting every signal to serve: metrics were 404 / UNIMPLEMENTED, and the app logged failures."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+    from opentelemetry.sdk.metrics.export import MetricExportResult
+
+    env = make_env()
+    data = sdk_metrics_data()
+    for exporter in (GrpcMetricExporter(endpoint=env.grpc_target, insecure=True, timeout=TIMEOUT),
+                     HttpMetricExporter(endpoint=f"http://127.0.0.1:{env.receivers.http_port}/v1/metrics",
+                                        timeout=TIMEOUT)):
+        assert exporter.export(data) is MetricExportResult.SUCCESS
+        exporter.shutdown()
+    assert env.metrics.get("wt_otel_metric_points_dropped_total") == 6  # 3 points, twice
+    assert env.metrics.get("wt_otel_requests_total", transport="grpc", signal="metrics", code="OK") == 1
+    assert env.metrics.get("wt_otel_requests_total", transport="http", signal="metrics", code="200") == 1
+    assert env.recorder.records == []  # nothing reached the session pipeline
+    rendered = env.metrics.render()
+    assert "wt_otel_metric_points_dropped_total 6" in rendered
+
+
+def test_metrics_json_is_dropped_and_a_malformed_metrics_body_is_still_a_400(make_env):
+    env = make_env()
+    body = json.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [
+        {"name": "m", "gauge": {"dataPoints": [{"asDouble": 1.0}, {"asDouble": 2.0}]}}]}]}]}).encode()
+    assert env.post("/v1/metrics", body, "application/json")[0] == 200
+    assert env.metrics.get("wt_otel_metric_points_dropped_total") == 2
+    status, _, payload = env.post("/v1/metrics", b"\xff\xfe garbage", PB)
+    assert status == 400 and "ExportMetricsServiceRequest" in status_message(payload)
+    assert env.post("/v1/metrics", b"[1]", "application/json")[0] == 400
+    assert env.post("/v1/metrics", body, "application/json", method="GET")[0] == 405

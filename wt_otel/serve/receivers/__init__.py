@@ -22,6 +22,7 @@ from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 from wt_otel.serve.receivers.common import load_token
 from wt_otel.serve.receivers.config import ReceiversConfig
+from wt_otel.serve.receivers.diagnose import check_tls_files
 from wt_otel.serve.receivers.grpc import start_grpc
 from wt_otel.serve.receivers.http import OtlpHttpServer, start_http
 
@@ -63,6 +64,8 @@ def start_receivers(config: ReceiversConfig, pipeline: Pipeline, metrics: Metric
         log.warning("protobuf runs on the %r backend, not upb: OTLP decoding will be ~200x slower "
                     "(unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION, reinstall protobuf)", backend)
     token = load_token(config.auth_token_file)
+    if config.tls_cert is not None and config.tls_key is not None:
+        check_tls_files(config.tls_cert, config.tls_key)  # ValueError naming the file, before any bind
     receivers = Receivers()
     try:
         if config.grpc_endpoint is not None:
@@ -74,6 +77,6 @@ def start_receivers(config: ReceiversConfig, pipeline: Pipeline, metrics: Metric
         receivers.stop(grace=0)
         raise
     scheme = "with TLS" if config.tls_cert else "without TLS"
-    log.info("OTLP receivers listening %s: gRPC port %s, HTTP port %s, auth %s", scheme, receivers.grpc_port,
+    log.debug("OTLP receivers listening %s: gRPC port %s, HTTP port %s, auth %s", scheme, receivers.grpc_port,
              receivers.http_port, "on" if token else "off")
     return receivers

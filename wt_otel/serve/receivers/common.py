@@ -12,6 +12,11 @@ checks (constant time), and the hand-written wire encoding of
 `google.rpc.Status`/`RetryInfo` -- those messages live in
 googleapis-common-protos, which is not in our dependency set, and each is one
 or two fields.
+
+Metrics are accepted and dropped (`drop_metrics`): an app pointed at serve with
+`OTEL_EXPORTER_OTLP_ENDPOINT` exports metrics too, and a 404/UNIMPLEMENTED
+would have it log export failures forever. They are parsed (a malformed body
+is still a 400) and counted in `wt_otel_metric_points_dropped_total`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
@@ -52,6 +61,7 @@ _ZERO_SPAN_ID = "0" * 16
 class Signal(enum.Enum):
     TRACES = "traces"
     LOGS = "logs"
+    METRICS = "metrics"  # accepted and dropped
 
 
 class Encoding(enum.Enum):
@@ -203,8 +213,11 @@ class ExportResult:
     message: str = ""  # what went wrong (not OK), or the partial-success message
     rejected: int = 0  # records of an OK request that were rejected
 
-    def response(self, signal: Signal) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
+    def response(self, signal: Signal) -> ExportTraceServiceResponse | ExportLogsServiceResponse | \
+            ExportMetricsServiceResponse:
         """The OTLP success response; `partial_success` only when something was rejected."""
+        if signal is Signal.METRICS:
+            return ExportMetricsServiceResponse()
         if signal is Signal.TRACES:
             if not self.rejected:
                 return ExportTraceServiceResponse()
@@ -221,6 +234,8 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
     """Decode, validate, offer to the pipeline, count. Never blocks on the pipeline.
 
     `client` (the peer's address) keys the per-client session quota (`wt_otel.serve.budget`)."""
+    if signal is Signal.METRICS:
+        return drop_metrics(body, encoding, metrics)
     try:
         decoded = decode(signal, body, encoding)
     except MalformedRequest as e:
@@ -250,6 +265,48 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
                                                  f"accepted, retry after {RETRY_AFTER_SECONDS}s")
     metrics.inc("wt_otel_records_rejected_total", n, reason="shutting_down")
     return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
+
+
+_POINT_FIELDS = {"gauge": "data_points", "sum": "data_points", "histogram": "data_points",
+                 "exponential_histogram": "data_points", "summary": "data_points"}
+_JSON_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
+
+
+def drop_metrics(body: bytes | Message, encoding: Encoding, metrics: Metrics) -> ExportResult:
+    """Parse an OTLP metrics request, count its data points, and drop them (wt-otel keeps traces and logs)."""
+    points = 0
+    if encoding is Encoding.JSON:
+        if isinstance(body, Message):
+            raise TypeError("OTLP/JSON bodies are bytes")
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as e:
+            return ExportResult(Outcome.MALFORMED, f"invalid JSON: {e}")
+        if not isinstance(obj, dict):
+            return ExportResult(Outcome.MALFORMED, "not an OTLP/JSON metrics request: not a JSON object")
+        for rm in _dicts(obj.get("resourceMetrics")):
+            for sm in _dicts(rm.get("scopeMetrics")):
+                for metric in _dicts(sm.get("metrics")):
+                    for kind in _JSON_KINDS:
+                        if isinstance(metric.get(kind), dict):
+                            points += len(_dicts(metric[kind].get("dataPoints")))
+    else:
+        try:
+            request = body if isinstance(body, Message) else ExportMetricsServiceRequest.FromString(body)
+        except DecodeError as e:
+            return ExportResult(Outcome.MALFORMED, f"body is not a valid ExportMetricsServiceRequest protobuf ({e})")
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind in _POINT_FIELDS:
+                        points += len(getattr(getattr(metric, kind), _POINT_FIELDS[kind]))
+    metrics.inc("wt_otel_metric_points_dropped_total", points)
+    return ExportResult(Outcome.OK)
+
+
+def _dicts(value: object) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 # --------------------------------------------------------------------------- limits, auth

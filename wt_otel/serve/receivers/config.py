@@ -3,6 +3,11 @@
 Defaults bind to loopback: a receiver reachable from the network must be asked
 for explicitly (and then should get a token and TLS). Port 0 picks a free port
 (tests); the bound ports are on `Receivers.grpc_port` / `.http_port`.
+
+Default ports are 14317 (gRPC) and 14318 (HTTP), not OTLP's 4317/4318: those
+belong to whatever already receives OTLP on the host (the Collector, Phoenix,
+Jaeger, Tempo, rotel), and wt-otel sits behind it or beside it; the `1` prefix
+keeps the OTLP numbers recognisable. `none` turns a receiver off.
 """
 
 from __future__ import annotations
@@ -14,11 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 MiB = 1024 * 1024
 
 
+DEFAULT_GRPC_ENDPOINT = "127.0.0.1:14317"
+DEFAULT_HTTP_ENDPOINT = "127.0.0.1:14318"
+OFF = ("none", "off", "disabled")
+
+
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     """ "host:port" or "[v6addr]:port" -> (host, port); raises ValueError naming the problem."""
     host, sep, port_text = endpoint.rpartition(":")
     if not sep or not host:
-        raise ValueError(f"endpoint {endpoint!r} must be host:port, e.g. 127.0.0.1:4317")
+        raise ValueError(f"endpoint {endpoint!r} must be host:port (e.g. {DEFAULT_GRPC_ENDPOINT}), "
+                         "or none to turn the receiver off")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:
@@ -35,8 +46,10 @@ class ReceiversConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    grpc_endpoint: str | None = "127.0.0.1:4317"
-    http_endpoint: str | None = "127.0.0.1:4318"
+    grpc_endpoint: str | None = Field(DEFAULT_GRPC_ENDPOINT,
+                                      description="OTLP/gRPC host:port; none (or null): no gRPC receiver")
+    http_endpoint: str | None = Field(DEFAULT_HTTP_ENDPOINT,
+                                      description="OTLP/HTTP host:port; none (or null): no HTTP receiver")
     # HTTP: the body as sent (compressed). gRPC: grpc's max receive message length, which grpc
     # checks after decompression, so a compressed gRPC message gets no more room than a plain one.
     max_message_bytes: int = Field(4 * MiB, gt=0, description="largest request body as sent")
@@ -47,9 +60,17 @@ class ReceiversConfig(BaseModel):
     http_backlog: int = Field(1024, gt=0, description="listen backlog (the kernel caps it at somaxconn)")
     http_max_connections: int = Field(512, gt=0)
     http_max_connections_per_client: int = Field(128, gt=0, description="open connections from one address")
-    auth_token_file: Path | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    auth_token_file: Path | None = Field(None, description="require `Authorization: Bearer <the file's content>`")
+    tls_cert: Path | None = Field(None, description="PEM certificate (with tls_key: TLS on both transports)")
+    tls_key: Path | None = Field(None, description="PEM private key")
+
+    @field_validator("grpc_endpoint", "http_endpoint", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        """`none`/`off` (YAML reads a bare `off` as false) turn the receiver off, like null."""
+        if value is False or (isinstance(value, str) and value.strip().lower() in OFF):
+            return None
+        return value
 
     @field_validator("grpc_endpoint", "http_endpoint")
     @classmethod
@@ -60,6 +81,8 @@ class ReceiversConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ReceiversConfig:
+        if self.grpc_endpoint is None and self.http_endpoint is None:
+            raise ValueError("both receivers are off (grpc_endpoint and http_endpoint are none): turn one on")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both (PEM files) or neither")
         if self.max_decompressed_bytes < self.max_message_bytes:

@@ -1,4 +1,5 @@
-"""OTLP/gRPC: `TraceService/Export` and `LogsService/Export` on a grpcio server.
+"""OTLP/gRPC: `TraceService/Export` and `LogsService/Export` on a grpcio server (and `MetricsService/Export`,
+which accepts and drops metrics).
 
 The servicers subclass the generated `*ServiceServicer`s, but are registered
 with a pass-through request deserializer: grpc answers INTERNAL when its own
@@ -26,6 +27,8 @@ import grpc
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -43,6 +46,7 @@ from wt_otel.serve.receivers.common import (
     rpc_status_bytes,
 )
 from wt_otel.serve.receivers.config import ReceiversConfig
+from wt_otel.serve.receivers.diagnose import bind_cause, captured_fd2
 
 log = logging.getLogger("wt_otel.serve.receivers.grpc")
 
@@ -53,6 +57,8 @@ _MAX_CONCURRENT_RPCS = 64
 
 _TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+_HINT = " (another process has this port: choose another with --grpc-endpoint, or turn it off with none)"
+_METRICS_SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
 class _ExportServicer:
@@ -108,6 +114,12 @@ class LogsService(_ExportServicer, logs_service_pb2_grpc.LogsServiceServicer):
     signal = Signal.LOGS
 
 
+class MetricsService(_ExportServicer, metrics_service_pb2_grpc.MetricsServiceServicer):
+    """Accepts and drops metrics (counted), so an app exporting all signals here does not log failures."""
+
+    signal = Signal.METRICS
+
+
 def _peer_host(context: grpc.ServicerContext) -> str | None:
     """ "ipv4:127.0.0.1:5555" -> "127.0.0.1", "ipv6:[::1]:5555" -> "::1": the client, whichever port and transport."""
     peer = context.peer() or ""
@@ -145,15 +157,23 @@ def start_grpc(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
                          options=options, maximum_concurrent_rpcs=_MAX_CONCURRENT_RPCS)
     _add_export_service(server, _TRACE_SERVICE, TraceService(pipeline, metrics, token), ExportTraceServiceResponse)
     _add_export_service(server, _LOGS_SERVICE, LogsService(pipeline, metrics, token), ExportLogsServiceResponse)
-    try:
-        if config.tls_cert is not None and config.tls_key is not None:
-            credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
-            port = server.add_secure_port(config.grpc_endpoint, credentials)
-        else:
-            port = server.add_insecure_port(config.grpc_endpoint)
-    except RuntimeError as e:  # grpcio reports a failed bind this way
-        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}: {e}") from None
-    if port == 0:  # older grpcio returns 0 instead of raising
-        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}")
+    _add_export_service(server, _METRICS_SERVICE, MetricsService(pipeline, metrics, token),
+                        ExportMetricsServiceResponse)
+    port = 0
+    failure: str | None = None
+    with captured_fd2() as core_lines:  # gRPC core's own lines: routed to logging, the cause kept
+        try:
+            if config.tls_cert is not None and config.tls_key is not None:
+                credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(),
+                                                            config.tls_cert.read_bytes())])
+                port = server.add_secure_port(config.grpc_endpoint, credentials)
+            else:
+                port = server.add_insecure_port(config.grpc_endpoint)
+        except RuntimeError as e:  # grpcio reports a failed bind this way
+            failure = str(e)
+    if failure is not None or port == 0:  # older grpcio returns 0 instead of raising
+        cause = bind_cause(core_lines) or failure or "grpc could not bind it"
+        raise OSError(f"OTLP/gRPC receiver cannot listen on {config.grpc_endpoint}: {cause}"
+                      f"{_HINT if 'in use' in cause else ''}") from None
     server.start()
     return server, port

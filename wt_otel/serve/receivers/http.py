@@ -7,6 +7,7 @@ path               method  answer
 =================  ======  =====================================================
 /v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
 /v1/logs           POST    OTLP export
+/v1/metrics        POST    accepted and dropped (counted), so an app's metric exporter does not fail
 /healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes);
                            503 ``{"status":"degraded",...}`` while the data dir
                            cannot be written (exports get 503 meanwhile)
@@ -74,7 +75,7 @@ from wt_otel.serve.receivers.config import ReceiversConfig, split_endpoint
 
 log = logging.getLogger("wt_otel.serve.receivers.http")
 
-_EXPORT_PATHS = {"/v1/traces": Signal.TRACES, "/v1/logs": Signal.LOGS}
+_EXPORT_PATHS = {"/v1/traces": Signal.TRACES, "/v1/logs": Signal.LOGS, "/v1/metrics": Signal.METRICS}
 _CONTENT_TYPES = {
     "application/x-protobuf": Encoding.PROTOBUF,
     "application/protobuf": Encoding.PROTOBUF,
@@ -342,8 +343,8 @@ class _Handler(BaseHTTPRequestHandler):
                     else:
                         self._unauthorized(encoding)
                 else:
-                    self._status(404, f"no such path {path!r} (OTLP uses /v1/traces and /v1/logs)", encoding,
-                                 close=True)
+                    self._status(404, f"no such path {path!r} (OTLP uses /v1/traces, /v1/logs and /v1/metrics)",
+                                 encoding, close=True)
             except (TimeoutError, ConnectionError, ssl.SSLError):
                 self.close_connection = True  # the peer is gone or stalled; nobody to answer
             except Exception:
@@ -535,8 +536,12 @@ def start_http(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
     try:
         server = OtlpHttpServer(config, pipeline, metrics, token, ssl_context)
     except OSError as e:
-        problem = e.strerror or e
-        raise OSError(e.errno, f"OTLP/HTTP receiver cannot listen on {config.http_endpoint}: {problem}") from None
+        problem = (e.strerror or str(e)).lower()
+        hint = (" (another process has this port: choose another with --http-endpoint, or turn it off with none)"
+                if "in use" in problem else "")
+        error = OSError(f"OTLP/HTTP receiver cannot listen on {config.http_endpoint}: {problem}{hint}")
+        error.errno = e.errno  # the message without "[Errno N]", the number still there for callers
+        raise error from None
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="wt-otel-http", daemon=True)
     thread.start()
