@@ -12,11 +12,13 @@ The directory appears atomically.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from wt_otel._util import safejson
 from wt_otel._util.fsutil import write_directory
+from wt_otel.contracts.cassette import add_run, load_cassette
 from wt_otel.exporters.cassette import cassette
 from wt_otel.exporters.envelope import envelope
 from wt_otel.exporters.scenario import FIXTURES, imported_md, scenario_yaml, scorer_py
@@ -76,5 +78,23 @@ class ScenarioDirWriter:
     def write(self, session: Session, slug: str, unreviewed: bool = True,
               outcome_scorers: list[str] | None = None) -> Path:
         dest = self.out / slug
-        write_directory(dest, render(session, slug, unreviewed, outcome_scorers), force=self.force)
+        files = render(session, slug, unreviewed, outcome_scorers)
+        if self.force:
+            files[FIXTURES["cassette"]] = appended_cassette(dest / FIXTURES["cassette"], files[FIXTURES["cassette"]])
+        write_directory(dest, files, force=self.force)
         return dest
+
+
+def appended_cassette(existing: Path, new: str | bytes) -> str | bytes:
+    """A re-import (`--force`) adds its run to the cassette already there instead of replacing its history:
+    the ring buffer keeps the last 5 runs (re-importing the same session replaces only its own run). An
+    existing file that is not a valid cassette is replaced, as --force says."""
+    try:
+        data = json.loads(existing.read_text(encoding="utf-8"))
+        load_cassette(data)
+    except (OSError, ValueError):  # absent, unreadable, invalid (ContractError is a ValueError)
+        return new
+    fresh = json.loads(new)
+    for key in fresh["history_keys"]:
+        add_run(data, fresh["traces"][key])
+    return _json(data)

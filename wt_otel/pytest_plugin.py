@@ -33,8 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR [http_inject].")
     group.addoption("--wt-inject-url", default=None, metavar="URL",
                     help="http_inject base URL [$WT_INJECT_URL, else http://127.0.0.1:8647].")
-    group.addoption("--wt-llm", default="live", choices=("live", "replay"),
-                    help="replay: serve each scenario's LLM cassette [live].")
+    group.addoption("--wt-llm", default="auto", choices=("auto", "replay", "live", "record"),
+                    help="As `wt-otel run --llm`: auto replays a scenario's LLM cassette when it has one [auto].")
     group.addoption("--wt-runs-dir", default="runs", metavar="DIR",
                     help="Where traces and the ledger go [runs].")
     group.addoption("--wt-universe-port", default=None, type=int, metavar="PORT",
@@ -68,9 +68,9 @@ class _WtSession:
         self.results: list[Any] = []
 
     def run(self, scenario_dir: Path, position: str) -> Any:
-        from wt_otel.replay.scenarios import load_scenario_dir
+        from wt_otel.replay.runner import load_one
 
-        loaded = load_scenario_dir(scenario_dir, need_cassette=self.options.llm == "replay")
+        loaded = load_one(scenario_dir, self.options.llm)
         result = self.sweep.run_scenario(loaded, position)
         self.results.append(result)
         return result.record

@@ -8,7 +8,7 @@ one module per family and are registered on it here:
 
     files        schema, validate, import
     serve        serve, flag
-    servers      universe (serve, freeze), cassette (serve)
+    servers      universe (serve, freeze), cassette (serve, record)
     conformance  conformance
     replay       run, report, check
     surface      surface (fetch, diff, drift)

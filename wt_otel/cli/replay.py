@@ -29,8 +29,15 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
 @click.option("--runs", type=click.IntRange(min=1), metavar="N", help="Runs per scenario [the scenario's runs].")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
               show_default=True, help="Where traces go: RUNS_DIR/<sweep-id>/<scenario>/run-<n>.trace.json.")
-@click.option("--llm", type=click.Choice(["live", "replay"]), default="live", show_default=True,
-              help="replay: serve each scenario's llm.cassette.json as an OpenAI-compatible API.")
+@click.option("--llm", type=click.Choice(["auto", "replay", "live", "record"]), default="auto", show_default=True,
+              help="replay: answer the model from each scenario's cassette (OpenAI Chat Completions, Responses and "
+                   "Anthropic Messages APIs); a request the recording lacks fails with a diff of what changed. "
+                   "live: the agent's own provider. record: live through a proxy that appends the run to the "
+                   "scenario's cassette (the new baseline after a fix). auto, the default here and in serve's "
+                   "auto-replay alike: replay when the scenario has a cassette (hermetic, free, the incident "
+                   "reproduced), else live with a warning. See docs/fix-loop.md.")
+@click.option("--llm-upstream", metavar="URL",
+              help="--llm record: the live provider's base URL [$OPENAI_BASE_URL, else https://api.openai.com/v1].")
 @click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="How the cassette server matches requests (with --llm replay).")
 @click.option("--pace", is_flag=True,
@@ -41,7 +48,7 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
 @click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
-              help="Port of the cassette server (with --llm replay).")
+              help="Port of the cassette server or recording proxy (with --llm replay, record).")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(names("results_formats")),
@@ -62,8 +69,8 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: LlmMode, llm_match: MatchMode, pace: bool, perturb: tuple[str, ...],
-         universe_port: int, llm_port: int, label: str | None,
+         runs_dir: Path, llm: LlmMode, llm_upstream: str | None, llm_match: MatchMode, pace: bool,
+         perturb: tuple[str, ...], universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
          otlp_headers: tuple[str, ...], agent_name: str | None) -> None:
@@ -95,6 +102,19 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     RUNS_DIR/ledger.ndjsonl (see `wt-otel report`); --format junit|json --out F
     writes the results for CI; --otlp-endpoint URL sends them as OTel spans,
     linked to each incident's original trace, after everything else is written.
+
+    \b
+    Runtimes (--runtime):
+      http_inject                 a Contract C endpoint (any language, any process)
+      python:MODULE:ATTR          a callable agent(text) or agent(text, session_id),
+                                  plain or async, returning the reply string, or
+                                  {"reply", "tool_calls": [{"name", "arguments"}], "error"?},
+                                  or (reply, tool_calls); optional agent.reset() before
+                                  each run, agent.surface(); tools from $WT_UNIVERSE_URL
+                                  (MCP), model at $WT_LLM_BASE_URL when replayed
+      openai-agents:MODULE:ATTR   an agents.Agent as it is: function tools answered by
+                                  the universe (their bodies never run), model pointed at
+                                  the cassette; docs/replay-your-agent.md
 
     Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
     2 usage (no scenario found or selected, bad flags, runtime or pack.yaml).
@@ -154,7 +174,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                       transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("starting", total=None)
-            options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm,
+            options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm, llm_upstream=llm_upstream,
                                  llm_match=llm_match, pace=pace, perturbations=perturbations,
                                  universe_port=universe_port,
                                  llm_port=llm_port, label=label, emit=click.echo,

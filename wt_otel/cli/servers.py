@@ -183,3 +183,54 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
         pass
     finally:
         server.stop()
+
+
+@cassette.command("record")
+@click.option("--upstream", required=True, metavar="URL",
+              help="The live provider's base URL, as its client takes it (https://api.openai.com/v1, "
+                   "https://api.anthropic.com).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="CASSETTE",
+              help="The cassette to record into; an existing one keeps its history (a ring buffer of 5 runs).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--record-tick-ms", type=click.FloatRange(min=0), default=100.0, show_default=True,
+              help="Streamed chunks arriving within this window become one frame.")
+@click.pass_context
+def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, port: int,
+                    record_tick_ms: float) -> None:
+    """Pass an agent's model calls through to UPSTREAM and record them into CASSETTE until interrupted.
+
+    \b
+    Point the agent's base URL at the printed URL. OpenAI Chat Completions,
+    the OpenAI Responses API and Anthropic Messages (JSON or streamed) are
+    recorded in the provider-agnostic cassette layer, so `cassette serve`
+    replays them to any of the three APIs. This session is one new run of the
+    cassette (POST /wt/reset starts another); the file is rewritten after
+    every call. One line per recorded call:
+      #SEQ recorded[I] STATUS API MODEL [stream] frames=N ttfb=MS
+    """
+    import threading
+
+    from wt_otel.replay.recorder import RecordingProxy
+
+    def line(entry: dict) -> None:
+        if entry["event"] == "upstream_error":
+            click.echo(f"#{entry['seq']} 502 upstream unreachable: {entry['error']}")
+            return
+        click.echo(f"#{entry['seq']} recorded[{entry['recorded_index']}] {entry['status']} {entry['api']} "
+                   f"{entry['model']}" + (" stream" if entry["stream"] else "")
+                   + f" frames={entry['frames']} ttfb={entry['ttfb_ms']:.0f}ms")
+
+    try:
+        proxy = RecordingProxy(upstream, out, host=host, port=port, tick_ms=record_tick_ms, on_call=line)
+        url = proxy.start()
+    except (OSError, ValueError) as exc:  # bad URL, unreadable/invalid cassette (ContractError), port taken
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    click.echo(f"recording at {url} -> {upstream} into {out} (run {proxy.cassette.run})")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()

@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from wt_otel.contracts.cassette import Cassette, CassetteCall, load_cassette
 from wt_otel.model.parts import canonical_json, decode_json, decode_result
+from wt_otel.replay.request_diff import request_diff
 
 CASSETTE_FILE = "llm.cassette.json"  # the name in a scenario directory
 MatchMode = Literal["exact", "sequence"]
@@ -133,8 +134,26 @@ def message_key(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def tool_definition(tool: Any) -> Any:
+    """A tool definition reduced to name, description and parameters in the chat shape, whichever API
+    declared it (chat `function`, Responses' flat `name`/`parameters`, Anthropic's `input_schema`), so a
+    recording answers every API; flags such as `strict` do not change the answer."""
+    if not isinstance(tool, dict):
+        return tool
+    spec: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
+    if not isinstance(spec.get("name"), str):
+        return tool  # a provider's built-in tool (web search...): compared as sent
+    function: dict[str, Any] = {"name": spec["name"]}
+    if spec.get("description"):
+        function["description"] = spec["description"]
+    parameters = spec.get("parameters", spec.get("input_schema"))
+    if parameters is not None:
+        function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
 def _tools_key(tools: Any) -> list[str] | None:
-    return None if tools is None else sorted(canonical_json(t) for t in tools)
+    return None if tools is None else sorted(canonical_json(tool_definition(t)) for t in tools)
 
 
 def request_key(model: Any, messages: list[dict[str, Any]], tools: Any = None) -> dict[str, Any]:
@@ -322,10 +341,14 @@ class CassetteReplay:
 
     def _nearest(self, received: dict[str, Any]) -> int | None:
         """The recording sharing the longest message prefix with the request (scanned on misses only)."""
-        def shared(i: int) -> tuple[bool, int]:
+        def shared(i: int) -> tuple[bool, int, int, int]:
+            """Same model, then the longest shared prefix, then (a changed system prompt shares none) the
+            most messages equal in place, then the closest length: the recording the request was meant to be."""
             exp, got = self._keys[i]["messages"], received["messages"]
-            n = next((k for k, (a, b) in enumerate(zip(exp, got, strict=False)) if a != b), min(len(exp), len(got)))
-            return self._keys[i]["model"] == received["model"], n
+            pairs = list(zip(exp, got, strict=False))
+            n = next((k for k, (a, b) in enumerate(pairs) if a != b), len(pairs))
+            return (self._keys[i]["model"] == received["model"], n, sum(a == b for a, b in pairs),
+                    -abs(len(exp) - len(got)))
         return max(range(len(self.calls)), key=shared, default=None)
 
     def answer(self, body: dict[str, Any]) -> Reply:
@@ -369,8 +392,10 @@ class CassetteReplay:
             what = f"request #{entry['seq'] + 1} of this run, the recording has {len(self.calls)} call(s)"
         else:
             nearest = self._nearest(received)
-            evidence = (_difference(self._keys[nearest], received) if nearest is not None
-                        else {"at": "cassette", "expected": "(no recorded calls)", "received": ""})
+            evidence = dict(_difference(self._keys[nearest], received) if nearest is not None
+                            else {"at": "cassette", "expected": "(no recorded calls)", "received": ""})
+            if nearest is not None:  # the readable form: what the fix changed, against the nearest recording
+                evidence["diff"] = request_diff(self._keys[nearest], received)
             what = "no recorded call has this model, messages and tools"
         evidence["nearest_recorded_index"] = nearest
         entry.update(event="llm_divergence", match="miss", recorded_index=None, status=DIVERGENCE_STATUS,
@@ -393,5 +418,5 @@ def read_cassette(path: str | Path) -> Cassette:
 __all__ = [
     "CASSETTE_FILE", "DIVERGENCE_CODE", "DIVERGENCE_STATUS", "ERROR_STATUS", "IGNORED_FIELDS", "KEY_FIELDS",
     "MATCH_MODES", "CassetteReplay", "MatchMode", "Reply", "chunks", "completion", "http_status", "message_key",
-    "read_cassette", "recorded_error", "request_key",
+    "read_cassette", "recorded_error", "request_key", "tool_definition",
 ]

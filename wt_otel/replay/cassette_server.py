@@ -8,6 +8,8 @@ call log, are `wt_otel.replay.cassette`'s (its docstring has the matching rules)
 
 Routes
     POST /v1/chat/completions   JSON, or SSE with `stream: true`
+    POST /v1/responses          OpenAI Responses API, JSON or SSE   } translated in
+    POST /v1/messages           Anthropic Messages, JSON or SSE     } `replay.model_apis`
     GET  /v1/models             the models the replayed run recorded (clients probe it)
     GET  /wt/llm-calls          the call log of the current run
     POST /wt/reset              start a new run: cursors and call log cleared
@@ -62,6 +64,7 @@ from wt_otel.replay.cassette import (
     recorded_error,
     request_key,
 )
+from wt_otel.replay.model_apis import API_ROUTES, serve_api
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8649
@@ -123,7 +126,9 @@ class _CassetteHandler(BaseHTTPRequestHandler):
 
     def _route(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
-        return path[3:] if path.startswith("/v1/") else path
+        while path.startswith("/v1/"):  # `/v1/v1/messages` too: a client given `.../v1` that adds its own
+            path = path[3:]
+        return path
 
     def do_GET(self) -> None:
         owner, route = self.server.owner, self._route()
@@ -168,6 +173,9 @@ class _CassetteHandler(BaseHTTPRequestHandler):
         if route == "/wt/reset":
             owner.reset()
             self._json(200, {"ok": True, "run": owner.replay.run})
+            return
+        if route in API_ROUTES and route != "/chat/completions":  # the other model APIs: model_apis/
+            serve_api(owner, self, API_ROUTES[route], raw)
             return
         if route != "/chat/completions":
             self._error(404, {"message": f"no route POST {self.path}", "type": "invalid_request_error",

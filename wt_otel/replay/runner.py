@@ -57,8 +57,9 @@ from wt_otel.replay.cassette_server import CassetteServer, MatchMode
 from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
+from wt_otel.replay.recorder import RecordingProxy
 from wt_otel.replay.runtimes import Runtime, describe_exception, new_session_id
-from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir
+from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir, recording_path
 from wt_otel.replay.universe import RecordedUniverse
 from wt_otel.reporting.outputs import append_ledger
 from wt_otel.scoring.layers import score_scenario
@@ -74,7 +75,11 @@ NOT_RUN = "not run: circuit breaker"  # the results record's detail for a scenar
 GIT_TIMEOUT_S = 2.0
 EMPTY_UNIVERSE: dict[str, Any] = {"windtunnel_universe": 1, "tools": [], "recordings": []}
 
-LlmMode = Literal["live", "replay"]
+LlmMode = Literal["auto", "live", "replay", "record"]
+# the same in `run` and serve's auto-replay: a scenario with a cassette replays it (hermetic, free, the incident
+# reproduced), one without runs live (with a warning in its trace)
+DEFAULT_LLM: LlmMode = "auto"
+DEFAULT_UPSTREAM = "https://api.openai.com/v1"  # --llm record without --llm-upstream or $OPENAI_BASE_URL
 
 
 @dataclass
@@ -84,8 +89,9 @@ class RunOptions:
     runtime: Runtime
     runs_dir: Path = Path("runs")
     runs: int | None = None  # overrides each scenario's `runs`
-    llm: LlmMode = "live"
+    llm: LlmMode = DEFAULT_LLM
     llm_match: MatchMode = "exact"
+    llm_upstream: str | None = None  # --llm record: the live provider [$OPENAI_BASE_URL, else DEFAULT_UPSTREAM]
     pace: bool = False  # with llm="replay": replay the recorded latencies (historical latency emulation)
     universe_port: int | None = None
     llm_port: int | None = None
@@ -272,10 +278,21 @@ class ScenarioServers:
         self.universe = WitnessingUniverseServer(RecordedUniverse(universe, synthesize=hook), host=options.host,
                                                  port=port)
         self.cassette: CassetteServer | None = None
+        self.recorder: RecordingProxy | None = None
+        llm_port = LLM_PORT if options.llm_port is None else options.llm_port
         if loaded.cassette is not None:
-            llm_port = LLM_PORT if options.llm_port is None else options.llm_port
             self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match,
-                                          pace=options.pace)
+                                           pace=options.pace)
+        elif options.llm == "auto":
+            self.warnings.append("the scenario names no LLM cassette: the model ran live (--llm auto); record one "
+                                 "with --llm record to replay it hermetically")
+        elif options.llm == "record":
+            upstream = options.llm_upstream or os.environ.get("OPENAI_BASE_URL") or DEFAULT_UPSTREAM
+            try:
+                self.recorder = RecordingProxy(upstream, recording_path(loaded), host=options.host, port=llm_port,
+                                               scenario=loaded.id)
+            except (OSError, ValueError) as exc:  # a bad upstream URL; a cassette there that is not one
+                raise ServeFailed(f"cannot record into {recording_path(loaded)}: {exc}") from exc
         self.universe_url: str | None = None
         self.llm_url: str | None = None
 
@@ -286,24 +303,30 @@ class ScenarioServers:
         except (OSError, RuntimeError) as exc:
             raise ServeFailed(f"the universe MCP server cannot listen on {self.universe.host}:{self.universe.port}: "
                               f"{exc} (free the port or pass --universe-port)") from exc
-        if self.cassette is not None:
+        llm = self.cassette or self.recorder
+        if llm is not None:
             try:
-                self.llm_url = self.cassette.start()
+                self.llm_url = llm.start()
             except (OSError, RuntimeError) as exc:
                 self.universe.stop()
-                raise ServeFailed(f"the LLM cassette server cannot listen on {self.cassette.host}:"
-                                  f"{self.cassette.port}: {exc} (free the port or pass --llm-port)") from exc
+                what = "LLM cassette server" if self.cassette else "LLM recording proxy"
+                raise ServeFailed(f"the {what} cannot listen on {llm.host}:{llm.port}: {exc} (free the port or "
+                                  "pass --llm-port)") from exc
 
     def stop(self) -> None:
         self.universe.stop()
         if self.cassette is not None:
             self.cassette.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
 
     def rewind(self) -> None:
         """A new run: call logs cleared, sequence tools and the cassette cursor rewound."""
         self.universe.reset()
         if self.cassette is not None:
             self.cassette.reset()
+        if self.recorder is not None:
+            self.recorder.reset()  # each run is a new run of the cassette's ring buffer
 
     def mcp_calls(self) -> list[McpCall]:
         return [McpCall.model_validate(e) for e in self.universe.call_log()]
@@ -348,6 +371,24 @@ def _divergence_warnings(mcp_calls: list[McpCall], llm_calls: list[RunLLMCall]) 
         out.append(f"llm divergence: {len(misses)} model request(s) matched no cassette recording; the first at "
                    f"{d.get('at')}: expected {d.get('expected')!r}, received {d.get('received')!r}")
     return out
+
+
+def divergence_report(trace: Trace) -> list[str]:
+    """The first LLM divergence of a run as a readable diff of the request (which call, what changed), so the
+    fix-to-green loop says what the fix changed, not only that the cassette missed."""
+    misses = [c for c in trace.llm_calls if c.match == "miss"]
+    if not misses:
+        return []
+    first = misses[0]
+    d = first.divergence or {}
+    nearest = d.get("nearest_recorded_index")
+    head = (f"{trace.scenario_id}: run {trace.run_index}: LLM request #{(first.seq or 0) + 1} of the run matched no "
+            "recording" + (f"; against the nearest recorded call #{nearest + 1}:" if nearest is not None else ":"))
+    more = [f"  ({len(misses) - 1} more divergent request(s): GET the call log or read the trace)"] if len(
+        misses) > 1 else []
+    body = d.get("diff") or [f"at {d.get('at')}: expected {d.get('expected')!r}, received {d.get('received')!r}"]
+    return [head] + [f"  {line}" for line in body] + more + [
+        "  (a deliberate change? record a new baseline: wt-otel run ... --llm record; docs/fix-loop.md)"]
 
 
 class _Run:
@@ -480,7 +521,7 @@ class Sweep:
             self._judge(result, loaded)
             return result
         try:
-            servers = ScenarioServers(loaded, self.options)  # loads the synthesize hook: may fail
+            servers = ScenarioServers(loaded, self.options)  # loads the synthesize hook, the recorder: may fail
             servers.start()
         except ServeFailed as exc:
             reason = f"cannot serve the scenario's fixtures: {exc}"
@@ -488,7 +529,9 @@ class Sweep:
             self._judge(result, loaded)
             return result
         self.options.emit(f"{loaded.id}: universe at {servers.universe_url}"
-                          + (f", LLM cassette at {servers.llm_url}" if servers.llm_url else ""))
+                          + (f", LLM cassette at {servers.llm_url}" if servers.cassette else "")
+                          + (f", LLM recording proxy at {servers.llm_url} -> {servers.recorder.upstream} into "
+                             f"{servers.recorder.cassette.path}" if servers.recorder else ""))
         try:
             with _exported(servers):
                 for index in range(1, runs + 1):
@@ -497,6 +540,8 @@ class Sweep:
                     run = _Run(loaded, index, self.options, self.sweep_id)
                     run.drive()
                     trace = run.trace(servers)
+                    for line in divergence_report(trace):
+                        self.options.emit(line)
                     self._write(result, folder, trace)
                     if trace.integrity.status == "ERROR":
                         break
@@ -609,7 +654,15 @@ class Sweep:
 
 def load_all(dirs: list[Path], llm: LlmMode) -> list[LoadedScenario]:
     """Load every scenario directory; a broken one comes back with `error` set, never raised."""
-    return [load_scenario_dir(d, need_cassette=llm == "replay") for d in dirs]
+    return [load_one(d, llm) for d in dirs]
+
+
+def load_one(directory: Path, llm: LlmMode) -> LoadedScenario:
+    """replay needs the cassette, auto takes it when the scenario names one, live and record leave it."""
+    loaded = load_scenario_dir(directory, need_cassette=llm == "replay")
+    if llm == "auto" and loaded.error is None and loaded.scenario and loaded.scenario.fixtures.cassette:
+        loaded = load_scenario_dir(directory, need_cassette=True)
+    return loaded
 
 
 def run_sweep(scenario_dirs: list[Path], options: RunOptions) -> SweepRun:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -252,7 +254,8 @@ class HttpInjectRuntime:
 
 
 class PythonRuntime:
-    """An in-process agent: a callable `agent(text, session_id)` returning the turn.
+    """An in-process agent: a callable `agent(text, session_id)` or `agent(text)`, plain or async, returning
+    the turn (a bare string is a reply with no tool calls reported).
 
     The return value is a dict `{"reply", "tool_calls", "error"?}` or a tuple
     `(reply, tool_calls)`, checked with the same rules as the wire (tool calls
@@ -312,7 +315,7 @@ class PythonRuntime:
     def inject(self, session_id: str, text: str) -> TurnResult:
         started = time.perf_counter()
         try:
-            out = self.agent(text, session_id)
+            out = call_agent(self.agent, text, session_id)
         except Exception as exc:
             raise ContractViolation(
                 self.name, f"the agent raised {describe_exception(exc)} (return {{\"reply\": \"\", \"tool_calls\": "
@@ -331,6 +334,29 @@ class PythonRuntime:
 
     def close(self) -> None:
         """Nothing to release: the agent object belongs to its module."""
+
+
+def _takes_session(agent: Callable[..., Any]) -> bool:
+    """Whether `agent` takes (text, session_id), or only (text)."""
+    try:
+        params = list(inspect.signature(agent).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: the documented form
+        return True
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+def call_agent(agent: Callable[..., Any], text: str, session_id: str) -> Any:
+    """One turn of a python agent: `agent(text, session_id)` or plain `agent(text)`, sync or async (an
+    awaitable result is run to completion on a fresh event loop)."""
+    out = agent(text, session_id) if _takes_session(agent) else agent(text)
+    if inspect.isawaitable(out):
+        async def wait() -> Any:
+            return await out
+        out = asyncio.run(wait())
+    return out
 
 
 def describe_exception(exc: BaseException, limit: int = 5) -> str:
@@ -354,7 +380,10 @@ def describe_exception(exc: BaseException, limit: int = 5) -> str:
 
 
 def _as_response(out: Any) -> Any:
-    """The python agent's return value in wire shape (without a version: there is no wire)."""
+    """The python agent's return value in wire shape (without a version: there is no wire). A bare string is
+    the reply of an agent that reports no tool calls (the universe still witnesses the ones it serves)."""
+    if isinstance(out, str):
+        out = {"reply": out, "tool_calls": []}
     if isinstance(out, TurnResult):
         out = {"reply": out.reply, "tool_calls": out.tool_calls, "error": out.error,
                **{k: v for k, v in (("model", out.model), ("quant", out.quant)) if v}}

@@ -19,7 +19,7 @@ from wt_otel._util.fsutil import safe_slug
 from wt_otel.contracts.cassette import Cassette
 from wt_otel.contracts.scenario import Scenario, load_scenario
 from wt_otel.contracts.universe import Universe, load_universe
-from wt_otel.replay.cassette import read_cassette
+from wt_otel.replay.cassette import CASSETTE_FILE, read_cassette
 
 SCENARIO_FILE = "scenario.yaml"
 
@@ -77,6 +77,12 @@ class LoadedScenario:
 
 def _fixture(path: Path, rel: str | None) -> Path | None:
     return path / rel if rel else None
+
+
+def recording_path(loaded: LoadedScenario) -> Path:
+    """Where `--llm record` writes: the cassette the scenario names, else `llm.cassette.json` beside it."""
+    named = _fixture(loaded.path, loaded.scenario.fixtures.cassette) if loaded.scenario else None
+    return named or loaded.path / CASSETTE_FILE
 
 
 def load_scenario_dir(path: Path, *, need_cassette: bool) -> LoadedScenario:

@@ -160,7 +160,9 @@ class ReplayConfig(_Strict):
     runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
-    llm: Literal["replay", "live"] = Field("replay", description="replay: the recorded LLM (cassette) on llm_port")
+    llm: Literal["auto", "replay", "live", "record"] = Field(
+        "auto", description="as `wt-otel run --llm`, the same default: auto replays the incident's cassette "
+                            "(the recorded LLM on llm_port), live only for a scenario without one")
     llm_match: Literal["exact", "sequence"] = Field("exact", description="how the cassette server matches requests")
     universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools as an MCP server")
     llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM as an OpenAI-compatible API")

@@ -194,8 +194,9 @@ def test_exact_miss_on_model(serve):
     server, client = serve(cassette(AGENT_CALLS))
     with pytest.raises(openai.UnprocessableEntityError):
         client.chat.completions.create(model="gpt-5", messages=[SYSTEM, ASK])
-    assert server.call_log()[0]["divergence"] == {"at": "model", "expected": "gpt-4o-mini", "received": "gpt-5",
-                                                  "nearest_recorded_index": 0}
+    divergence = server.call_log()[0]["divergence"]
+    assert divergence.pop("diff") == ["model changed: 'gpt-4o-mini' -> 'gpt-5'"]
+    assert divergence == {"at": "model", "expected": "gpt-4o-mini", "received": "gpt-5", "nearest_recorded_index": 0}
 
 
 def test_tools_count_only_when_recorded(serve):
