@@ -7,87 +7,31 @@ use small stand-ins with the shapes rotel documents (mutable lists of KeyValue/A
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.rotel_objects import (
+    SDK,
+    AnyValue,
+    ArrayValue,
+    KeyValue,
+    KeyValueList,
+    LogRecord,
+    Resource,
+    ResourceLogs,
+    ResourceSpans,
+    ScopeLogs,
+    ScopeSpans,
+    Span,
+)
 from wt_otel.processors import rotel as rp
 
 ROTEL_SH = ROOT / "collector-config" / "rotel.sh"
 
 
-# -- stand-ins for rotel_sdk objects ------------------------------------------------------------
-
-
-@dataclass
-class AnyValue:
-    value: Any = None
-
-
-@dataclass
-class KeyValue:
-    key: str
-    value: AnyValue | None
-
-    @staticmethod
-    def new_string_value(key: str, value: str) -> KeyValue:
-        return KeyValue(key, AnyValue(value))
-
-
-class ArrayValue(list):
-    pass
-
-
-class KeyValueList(list):
-    pass
-
-
-SDK = SimpleNamespace(AnyValue=AnyValue, KeyValue=KeyValue, ArrayValue=ArrayValue, KeyValueList=KeyValueList)
-
-
-@dataclass
-class Span:
-    name: str
-    trace_id: bytes
-    attributes: list = field(default_factory=list)
-
-
-@dataclass
-class ScopeSpans:
-    spans: list
-
-
-@dataclass
-class Resource:
-    attributes: list = field(default_factory=list)
-
-
-@dataclass
-class ResourceSpans:
-    scope_spans: list
-    resource: Resource | None = None
-
-
-@dataclass
-class LogRecord:
-    trace_id: bytes = b""
-    event_name: str = ""
-    body: AnyValue | None = None
-    attributes: list = field(default_factory=list)
-
-
-@dataclass
-class ScopeLogs:
-    log_records: list
-
-
-@dataclass
-class ResourceLogs:
-    scope_logs: list
-    resource: Resource | None = None
+# -- stand-ins for rotel_sdk objects: tests/support/rotel_objects.py (shared with the key-table test)
 
 
 def kv(key: str, value: Any) -> KeyValue:
