@@ -165,7 +165,7 @@ def test_a_flagged_incident_is_replayed_and_its_verdict_shows_in_phoenix(tmp_pat
             receivers=ReceiversConfig(grpc_endpoint="127.0.0.1:0", http_endpoint=None), data_dir=data_dir,
             assembler=AssemblerConfig(grace=0.5),
             replay=ReplayConfig(enabled=True, runtime="http_inject", inject_url=candidate.url, llm="replay",
-                                universe_port=universe_port, llm_port=llm_port,
+                                services=["crm-agent"], universe_port=universe_port, llm_port=llm_port,
                                 results=ReplayResultsConfig(otlp_endpoint=phoenix.otlp_grpc_endpoint,
                                                             otlp_protocol="grpc")))
         server = Server(config, emit=lines.append, warn=lambda text: lines.append(f"warning: {text}")).start()

@@ -233,4 +233,4 @@ def test_item7_cli_reports_and_starts(tmp_path):
         assert "Traceback" not in "".join(lines)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.communicate(timeout=90)  # drains the pipe too: a full pipe would stall serve's shutdown logging
