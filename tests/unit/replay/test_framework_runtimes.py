@@ -108,8 +108,8 @@ def test_record_through_the_runtime_then_replay_hermetically(workdir: Path):
     try:
         res = CliRunner().invoke(main, ["run", "sc", "--runtime", "openai-agents:crm_agent_rec:agent", "--llm",
                                         "record", "--llm-upstream", f"http://127.0.0.1:{port}/v1",
-                                        "--universe-port", "0", "--llm-port", "0", "--runs-dir", "runs"],
-                                 catch_exceptions=False)
+                                        "--universe-port", "0", "--llm-port", "0", "--runs-dir", "runs-record"],
+                                 catch_exceptions=False)  # its own runs dir: sweep ids sort by the second only
     finally:
         server.shutdown()
         server.server_close()
