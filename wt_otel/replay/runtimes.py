@@ -398,23 +398,29 @@ def _as_response(out: Any) -> Any:
     return data
 
 
-def load_target(target: str) -> Callable[..., Any]:
-    """Import `module:attr` and check it is a callable agent (not a class to instantiate)."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise RuntimeSpecError(f"a python runtime target is MODULE:ATTR (e.g. my_agent:agent), got {target!r}")
+def import_object(module_name: str, attr: str, label: str, hint: str = "") -> Any:
+    """`module_name`'s `attr` (dotted), the current directory searched first; RuntimeSpecError naming `label`."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RuntimeSpecError(f"cannot import {module_name!r} for runtime {target!r}: {exc} (is it on PYTHONPATH? "
-                               "the current directory is searched)") from exc
+        raise RuntimeSpecError(f"cannot import {module_name!r} for runtime {label}: {exc} ({hint}the current "
+                               "directory is searched)") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise RuntimeSpecError(f"{target!r}: {module_name} has no attribute {attr!r}") from None
+            raise RuntimeSpecError(f"{label}: {module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+def load_target(target: str) -> Callable[..., Any]:
+    """Import `module:attr` and check it is a callable agent (not a class to instantiate)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise RuntimeSpecError(f"a python runtime target is MODULE:ATTR (e.g. my_agent:agent), got {target!r}")
+    obj = import_object(module_name, attr, repr(target), "is it on PYTHONPATH? ")
     if isinstance(obj, type) or not callable(obj):
         what = "a class" if isinstance(obj, type) else type(obj).__name__
         raise RuntimeSpecError(f"{target!r} is {what}, not a callable agent: point at a function or instance "

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from wt_otel.contracts.inject import RuntimeSpecError
+from wt_otel.replay.runtimes import import_object
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
 ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
@@ -23,22 +24,7 @@ def served_urls() -> tuple[str | None, str | None]:
 
 def load_object(spec: str | None, framework: str) -> Any:
     """`MODULE:ATTR` -> the object (not necessarily callable: an Agent, a compiled graph)."""
-    import importlib
-    import sys
-
     if not spec or ":" not in spec:
         raise RuntimeSpecError(f"the {framework} runtime needs a target: --runtime {framework}:MODULE:ATTR")
     module_name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RuntimeSpecError(f"cannot import {module_name!r} for runtime {framework}:{spec}: {exc} (the current "
-                               "directory is searched)") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise RuntimeSpecError(f"{framework}:{spec}: {module_name} has no attribute {attr!r}") from None
-    return obj
+    return import_object(module_name, attr, f"{framework}:{spec}")
