@@ -32,18 +32,17 @@ recording had (the client's own retries happened inside the recorded call).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from wt_otel._util.background_http import BackgroundHTTPServer
 from wt_otel.contracts.cassette import Cassette, CassetteCall
 from wt_otel.replay.cassette import (
     CASSETTE_FILE,
@@ -249,13 +248,15 @@ class _HTTPServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class CassetteServer:
+class CassetteServer(BackgroundHTTPServer):
     """An OpenAI-compatible server answering from one recorded run of a cassette.
 
     `start()` serves on a background thread and returns the base URL (port 0
     picks a free port); `stop()` closes the listener and open connections.
     `on_call(entry)` sees every call-log entry as it is made (the CLI prints them).
     """
+
+    thread_name = "wt-cassette-server"
 
     def __init__(self, cassette: Cassette | str | Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  match: MatchMode = "exact", run: str | None = None, pace: bool = False,
@@ -266,41 +267,9 @@ class CassetteServer:
             cassette = read_cassette(cassette)
         self.replay = CassetteReplay(cassette, match, run)
         self.host, self.port, self.pace, self.on_call = host, port, pace, on_call
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    def start(self) -> str:
-        if self._httpd is None:
-            self._httpd = _HTTPServer((self.host, self.port), self)
-            self.port = self._httpd.server_address[1]
-            # a short poll interval: stop() waits for it, and tests start and stop many servers
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="wt-cassette-server", daemon=True)
-            self._thread.start()
-        return self.base_url
-
-    def stop(self) -> None:
-        if self._httpd is None:
-            return
-        self._httpd.shutdown()
-        for conn in list(self._httpd.connections):
-            with contextlib.suppress(OSError):  # already closed by the client
-                conn.shutdown(socket.SHUT_RDWR)
-        self._httpd.server_close()
-        if self._thread:
-            self._thread.join(timeout=5)
-        self._httpd = self._thread = None
-
-    def __enter__(self) -> CassetteServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _make_server(self) -> _HTTPServer:
+        return _HTTPServer((self.host, self.port), self)
 
     def reset(self) -> None:
         self.replay.reset()

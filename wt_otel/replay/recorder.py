@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from wt_otel._util.background_http import BackgroundHTTPServer
 from wt_otel._util.fsutil import atomic_write
 from wt_otel.contracts.cassette import add_run, load_cassette
 from wt_otel.replay.cassette import tool_definition
@@ -153,8 +154,10 @@ def _sse_events(response: Any) -> Any:
         yield name, "\n".join(data), b"".join(raw)
 
 
-class RecordingProxy:
+class RecordingProxy(BackgroundHTTPServer):
     """Pass model calls through to `upstream` and record each into `out` (see the module docstring)."""
+
+    thread_name = "wt-record-proxy"
 
     def __init__(self, upstream: str, out: Path, *, host: str = "127.0.0.1", port: int = 8649,
                  tick_ms: float = RECORD_TICK_MS, scenario: str | None = None,
@@ -166,36 +169,9 @@ class RecordingProxy:
         self.host, self.port, self.tick_ms, self.on_call = host, port, tick_ms, on_call
         self._log: list[dict[str, Any]] = []
         self._log_lock = threading.Lock()
-        self._httpd: _ProxyHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    def start(self) -> str:
-        if self._httpd is None:
-            self._httpd = _ProxyHTTPServer((self.host, self.port), self)
-            self.port = self._httpd.server_address[1]
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="wt-record-proxy", daemon=True)
-            self._thread.start()
-        return self.base_url
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            if self._thread:
-                self._thread.join(timeout=5)
-            self._httpd = self._thread = None
-
-    def __enter__(self) -> RecordingProxy:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _make_server(self) -> _ProxyHTTPServer:
+        return _ProxyHTTPServer((self.host, self.port), self)
 
     def reset(self) -> str:
         with self._log_lock:
