@@ -68,16 +68,19 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     Exit 1 if it cannot start, 2 on a bad config.
     """
     import signal
-    import threading
+    import time
 
     from wt_otel.serve.config import ConfigError, load_serve_config
     from wt_otel.serve.logs import configure
     from wt_otel.serve.server import Server, ServeStartError
 
     log = configure(log_level, "json" if log_format == "json" else "text")
-    stop = threading.Event()  # handlers first: a SIGTERM during start-up still means a clean stop
+    # Handlers first: a SIGTERM during start-up still means a clean stop. The handler only flips a
+    # flag: a threading.Event.set() here can deadlock, because Python runs the handler in the main
+    # thread, possibly while that thread holds the very Event's lock inside Event.wait().
+    signals: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: signals.append(signum))
     replay_on = True if (replay_runtime or inject_url) else None
     try:
         config = load_serve_config(config_path, {
@@ -117,8 +120,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
             else:
                 log.warning("replay: no service named for %s (--replay-service / replay.services): flagged "
                             "incidents are kept and reported, not replayed", target.runtime.url or target.runtime.name)
-    while not stop.wait(0.5):
-        pass
+    while not signals:
+        time.sleep(0.2)
     log.info("stopping: draining the queue and writing open sessions")
     server.stop()
     written = server.metrics.get("wt_otel_sessions_written_total")
