@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import ParseDict
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.support.paths import ROOT
 
 PRODUCERS = ROOT / "tests" / "fixtures" / "producers"
-_ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}
+_ID_KEYS = {"traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id"}  # logs' too
 
 
 def _b64_ids(node: Any) -> Any:
@@ -39,6 +40,27 @@ def trace_request(doc: dict[str, Any]) -> bytes | None:
     request = ParseDict({"resourceSpans": _b64_ids(resource_spans)}, ExportTraceServiceRequest(),
                         ignore_unknown_fields=True)
     return request.SerializeToString()
+
+
+def logs_request(doc: dict[str, Any]) -> bytes | None:
+    """One OTLP/JSON line as a serialized logs request; None for a traces (or empty) line."""
+    resource_logs = doc.get("resourceLogs", doc.get("resource_logs"))
+    if not resource_logs:
+        return None
+    request = ParseDict({"resourceLogs": _b64_ids(resource_logs)}, ExportLogsServiceRequest(),
+                        ignore_unknown_fields=True)
+    return request.SerializeToString()
+
+
+def exports(dump: Path) -> Iterator[tuple[str, bytes]]:
+    """Every line of the dump as ("traces" | "logs", serialized request), in file order."""
+    for line in dump.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            doc = json.loads(line)
+            for signal, convert in (("traces", trace_request), ("logs", logs_request)):
+                body = convert(doc)
+                if body is not None:
+                    yield signal, body
 
 
 def producer_dumps() -> list[Path]:

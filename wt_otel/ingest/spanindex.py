@@ -23,7 +23,8 @@ never read two ways.
 Two implementations with identical results: the native scanner (`_spanindex.c`, an optional C
 extension built by `pip install`) and the pure-Python walk below, the fallback when no compiler was
 available. `WT_OTEL_SPANINDEX=python|native|auto` (default auto: native when built) chooses one at
-start-up; `implementation()` says which runs.
+start-up; `implementation()` says which runs. `off` is the kill switch: serve then decodes every
+request in full, as before the index (`scan` still works, on the fallback).
 
 Hostile input (truncated varints, lengths past the end, wrong wire types on the fields read, groups,
 a field number 0) raises `SpanIndexError`: the caller then decodes the request the usual way, which
@@ -415,8 +416,10 @@ _chosen: tuple[str, Callable[[Any], list[SpanEntry]]] | None = None
 
 def _choose() -> tuple[str, Callable[[Any], list[SpanEntry]]]:
     wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if wanted not in ("auto", "native", "python"):
-        raise SpanIndexUnavailable(f"{ENV_VAR}={wanted!r}: use python, native or auto")
+    if wanted not in ("auto", "native", "python", "off"):
+        raise SpanIndexUnavailable(f"{ENV_VAR}={wanted!r}: use python, native, auto or off")
+    if wanted == "off":
+        return "off", scan_python
     if wanted == "python" or (wanted == "auto" and _native is None):
         return "python", scan_python
     if _native is None:
@@ -425,7 +428,8 @@ def _choose() -> tuple[str, Callable[[Any], list[SpanEntry]]]:
 
 
 def implementation() -> str:
-    """"native" or "python": the implementation `scan` uses (chosen once, from WT_OTEL_SPANINDEX).
+    """"native" or "python": the implementation `scan` uses (chosen once, from WT_OTEL_SPANINDEX);
+    "off" when serve is not to use the index at all.
 
     Raises `SpanIndexUnavailable` when native is forced but not built, or the variable is not understood."""
     global _chosen

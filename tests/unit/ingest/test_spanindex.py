@@ -220,7 +220,7 @@ def _len_field(number: int, payload: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("value, expect", [("python", "python"), ("auto", None), ("", None), (" Native ", "native"),
-                                           ("fast", "error")])
+                                           ("off", "off"), ("fast", "error")])
 def test_wt_otel_spanindex_chooses(value, expect):
     code = ("from wt_otel.ingest import spanindex as s\n"
             "try:\n    print(s.implementation(), s.native_available())\n"
@@ -229,7 +229,7 @@ def test_wt_otel_spanindex_chooses(value, expect):
                          env={"WT_OTEL_SPANINDEX": value, "PATH": "/usr/bin:/bin"}).stdout.split()
     built = spanindex.native_available()
     if expect == "error":
-        assert out[0] == "error" and "use python, native or auto" in " ".join(out)
+        assert out[0] == "error" and "use python, native, auto or off" in " ".join(out)
     elif expect == "native" and not built:
         assert out[0] == "error" and "not built" in " ".join(out)
     else:

@@ -69,6 +69,7 @@ def start_receivers(config: ReceiversConfig, pipeline: Pipeline, metrics: Metric
     except spanindex.SpanIndexUnavailable as exc:
         raise ValueError(str(exc)) from None
     log.info("span index: %s", "native (C extension)" if index == "native" else
+             f"off ({spanindex.ENV_VAR}=off: every request is decoded in full)" if index == "off" else
              "pure Python (the C extension is not built)" if not spanindex.native_available() else
              f"pure Python ({spanindex.ENV_VAR}=python)")
     metrics.set("wt_otel_span_index_info", 1, implementation=index)

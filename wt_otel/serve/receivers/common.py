@@ -170,7 +170,10 @@ class ReceiveScreen(Protocol):
 
 
 def screen_of(pipeline: object) -> ReceiveScreen | None:
-    """The pipeline's head stage when it can screen requests before they are decoded (the GenAI filter)."""
+    """The pipeline's head stage when it can screen requests before they are decoded (the GenAI filter);
+    None when it cannot, or WT_OTEL_SPANINDEX=off."""
+    if spanindex.implementation() == "off":
+        return None
     head = getattr(pipeline, "consumer", None)
     if callable(getattr(head, "keep_indexed", None)) and callable(getattr(head, "note_decoded", None)):
         return head
