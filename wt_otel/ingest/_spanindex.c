@@ -21,6 +21,8 @@ typedef struct {
 typedef struct {
     bstr *items;
     Py_ssize_t count;
+    uint8_t first[256]; /* first bytes of the non-empty items: most keys miss every table at their first byte */
+    int has_empty;
 } btable;
 
 #define MAX_WANTED 32
@@ -121,6 +123,8 @@ static int read_len(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, const cha
 /* ------------------------------------------------------------------ tables */
 
 static int has_prefix(const uint8_t *p, Py_ssize_t n, const btable *t) {
+    if (!t->has_empty && (n == 0 || !t->first[p[0]]))
+        return 0;
     for (Py_ssize_t i = 0; i < t->count; i++) {
         const bstr *x = &t->items[i];
         if (x->n <= n && memcmp(p, x->p, (size_t)x->n) == 0)
@@ -130,6 +134,8 @@ static int has_prefix(const uint8_t *p, Py_ssize_t n, const btable *t) {
 }
 
 static Py_ssize_t find_exact(const uint8_t *p, Py_ssize_t n, const btable *t) {
+    if (n > 0 && !t->first[p[0]])
+        return -1;
     for (Py_ssize_t i = 0; i < t->count; i++) {
         const bstr *x = &t->items[i];
         if (x->n == n && memcmp(p, x->p, (size_t)n) == 0)
@@ -630,6 +636,14 @@ static int load_table(PyObject *refs, PyObject *seq, btable *t, const char *name
     PyMem_Free(t->items);
     t->items = items;
     t->count = n;
+    memset(t->first, 0, sizeof(t->first));
+    t->has_empty = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[i].n)
+            t->first[items[i].p[0]] = 1;
+        else
+            t->has_empty = 1;
+    }
     return 0;
 }
 

@@ -292,14 +292,52 @@ def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool
     return name.startswith(_EVENT_PREFIX_B)
 
 
+_KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool]] = {}  # attribute keys repeat: classify each once
+
+
+def _classify(key: bytes) -> tuple[bool, int | None, bool]:
+    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key."""
+    cls = (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B, _WANTED_B.get(key),
+           key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B))
+    if len(_KEY_CLASSES) < 20_000:  # bounded: hostile traffic with ever new keys only loses the cache
+        _KEY_CLASSES[key] = cls
+    return cls
+
+
 def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
     trace = span = parent = name = b""
     genai = event_genai = False
     wanted: dict[int, tuple[int, int, int]] | None = None
     marks: dict[str, Any] | None = None  # the span's own
-    event_marks: list[tuple[str, Any]] = []
+    event_marks: list[tuple[str, Any]] | None = None
+    classes = _KEY_CLASSES
     while pos < end:
         tag = buf[pos]
+        if tag == 0x4A:  # an attribute (field 9): when its key and value have one-byte lengths, read it here
+            key = None
+            k = pos + 2
+            if k < end and buf[pos + 1] < 0x80:
+                stop = k + buf[pos + 1]
+                if stop <= end and k + 1 < stop and buf[k] == 0x0A and buf[k + 1] < 0x80:
+                    kend = k + 2 + buf[k + 1]
+                    if kend == stop:
+                        key, vstart, vend, count = buf[k + 2:kend], 0, 0, 0
+                    elif kend + 1 < stop and buf[kend] == 0x12 and kend + 2 + buf[kend + 1] == stop:
+                        key, vstart, vend, count = buf[k + 2:kend], kend + 2, stop, 1
+            if key is not None:
+                pos = stop
+                cls = classes.get(key) or _classify(key)
+                if cls[0]:
+                    genai = True
+                if cls[1] is not None:
+                    if wanted is None:
+                        wanted = {}
+                    wanted[cls[1]] = (vstart, vend, count)
+                if cls[2]:
+                    if marks is None:
+                        marks = {}
+                    _mark(buf, key, vstart, vend, count, marks)
+                continue
         if tag < 0x80:
             pos += 1
         else:
@@ -318,20 +356,22 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
             stop = pos + n
             if stop > end:
                 raise SpanIndexError(f"span field {field} of {n} bytes runs past the end (byte {end})")
-            if field == 9:
+            if field == 9:  # an attribute the fast path above did not take (long, or unusual)
                 key, vstart, vend, count = _key_value(buf, pos, stop)
-                if not genai and (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B):
+                cls = classes.get(key) or _classify(key)
+                if cls[0]:
                     genai = True
-                slot = _WANTED_B.get(key)
-                if slot is not None:
+                if cls[1] is not None:
                     if wanted is None:
                         wanted = {}
-                    wanted[slot] = (vstart, vend, count)
-                if key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B):
+                    wanted[cls[1]] = (vstart, vend, count)
+                if cls[2]:
                     if marks is None:
                         marks = {}
                     _mark(buf, key, vstart, vend, count, marks)
             elif field == 11:
+                if event_marks is None:
+                    event_marks = []
                 if _event(buf, pos, stop, event_marks):
                     event_genai = True
             elif field == 1:
@@ -352,18 +392,20 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
                 raise SpanIndexError("an attribute read by the index has its value field more than once")
             values[slot] = _value(buf, vstart, vend) if count else None
     conversation = None
-    for slot in range(_OP_SLOT):
-        v = values.get(slot)
-        if v is not None and v != "":
-            conversation = str(v)
-            break
+    if values:
+        for slot in range(_OP_SLOT):
+            v = values.get(slot)
+            if v is not None and v != "":
+                conversation = str(v)
+                break
     operation = None
     if not parent:
         op = values.get(_OP_SLOT)
         operation = op if isinstance(op, str) else _OPERATIONS_B.get(name.split(b" ", 1)[0])
     return SpanEntry(trace.hex(), span.hex(), parent.hex() if parent else None,
                      genai or event_genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
-                     (*marks.items(), *event_marks) if marks else tuple(event_marks) if event_marks else _NO_MARKS)
+                     ((*marks.items(), *(event_marks or ())) if marks else
+                      tuple(event_marks) if event_marks else _NO_MARKS))
 
 
 def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
