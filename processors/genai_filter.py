@@ -18,15 +18,26 @@ dropped (within one batch, order does not matter). Spans are exported when
 they end and children end before parents, so a trace's root normally arrives
 after its GenAI children; the cost of a miss is a session that completes by
 idle timeout instead of root+grace.
+
+In serve the filter also runs at receive time, when it is the pipeline's head: the receivers
+ask it about a protobuf traces request before decoding it (`keep_indexed`, on the span index's
+entries, `wt_otel.ingest.spanindex`), so a span it would drop is never converted and a request
+with nothing to keep is never parsed; the receivers tell it about everything they decode the
+usual way (`note_decoded`). Both remember GenAI traces at once, under a lock shared with the
+pipeline thread, so a request of a known trace is kept even while the one that made it known
+still waits in the queue. The same rule then runs again on what is queued (`filter`), which is
+what the in-app SDK processor, with no receivers, uses alone.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
 from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
+from wt_otel.ingest.spanindex import SpanEntry
 from wt_otel.model.spans import LogRecord, Record
 from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
@@ -61,13 +72,14 @@ class GenAIFilter:
         self.max_known_traces = max_known_traces
         self.enabled = enabled
         self._known: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()  # the receivers' threads share `_known` with the pipeline thread
 
     @classmethod
     def from_config(cls, next: Consumer, config, metrics: Metrics | None = None) -> GenAIFilter:
         """From a `wt_otel.serve.config.FilterConfig`."""
         return cls(next, metrics, max_known_traces=config.max_known_traces, enabled=config.enabled)
 
-    def _remember(self, trace_id: str) -> None:
+    def _remember(self, trace_id: str) -> None:  # with self._lock held
         known = self._known
         if trace_id in known:
             known.move_to_end(trace_id)
@@ -80,15 +92,38 @@ class GenAIFilter:
         """The records to keep; two passes so order inside a batch does not matter."""
         if not self.enabled:
             return list(records)
-        for r in records:
-            if r.trace_id and is_genai(r):
-                self._remember(r.trace_id)
-        known = self._known
-        kept = [r for r in records if (r.trace_id in known if r.trace_id else is_genai(r))]
+        with self._lock:
+            for r in records:
+                if r.trace_id and is_genai(r):
+                    self._remember(r.trace_id)
+            known = self._known
+            kept = [r for r in records if (r.trace_id in known if r.trace_id else is_genai(r))]
         dropped = len(records) - len(kept)
         if dropped:
             self.metrics.inc("wt_otel_records_dropped_total", dropped, reason="not_genai")
         return kept
+
+    def keep_indexed(self, entries: Sequence[SpanEntry]) -> list[bool] | None:
+        """Receive time: which spans of a request not decoded yet `filter` would keep (one flag per span
+        index entry); None when the filter is off (keep everything). Remembers the GenAI traces now."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            for e in entries:
+                if e.genai and e.trace_id:
+                    self._remember(e.trace_id)
+            known = self._known
+            return [(e.trace_id in known) if e.trace_id else e.genai for e in entries]
+
+    def note_decoded(self, records: Sequence[Record]) -> None:
+        """Receive time: remember the GenAI traces of records the receivers decoded without the index
+        (logs, OTLP/JSON, a request the index refused), before they wait in the queue."""
+        if not self.enabled:
+            return
+        with self._lock:
+            for r in records:
+                if r.trace_id and is_genai(r):
+                    self._remember(r.trace_id)
 
     def consume(self, records: Sequence[Record], now: float) -> None:
         kept = self.filter(records)

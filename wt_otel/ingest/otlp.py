@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from google.protobuf.internal import api_implementation
@@ -95,14 +95,23 @@ def _pb_links(links: Any) -> list[Link]:
     return [Link(trace_id=k.trace_id.hex(), span_id=k.span_id.hex(), attributes=_pb_attrs(k.attributes)) for k in links]
 
 
-def spans_from_request(req: ExportTraceServiceRequest | TracesData) -> Iterator[SpanRecord]:
-    """Every span of a traces request, ids as lowercase hex, enums as names."""
+def spans_from_request(req: ExportTraceServiceRequest | TracesData,
+                       keep: Sequence[bool] | None = None) -> Iterator[SpanRecord]:
+    """Every span of a traces request, ids as lowercase hex, enums as names.
+
+    `keep` (one flag per span, in request order, as the span index gives them): convert only those
+    spans; the others are skipped before any of their attributes is read."""
+    n = -1
     for rs in req.resource_spans:
         resource = _pb_attrs(rs.resource.attributes)
         for ss in rs.scope_spans:
             scope = ss.scope
             scope_name, scope_version = scope.name, scope.version
             for span in ss.spans:
+                if keep is not None:
+                    n += 1
+                    if not keep[n]:
+                        continue
                 parent = span.parent_span_id
                 attrs, events, links = span.attributes, span.events, span.links
                 status = span.status

@@ -38,6 +38,8 @@ HELP = {
     "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
+    "wt_otel_span_index_info": "1, labelled with the span index implementation serve runs (native: the C "
+                               "extension; python: the fallback; off: not used). WT_OTEL_SPANINDEX chooses.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
     "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",
     "wt_otel_replays_queued_total": "Flagged incidents imported and queued for automatic replay.",

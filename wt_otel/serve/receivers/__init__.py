@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import grpc as _grpc
 
+from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import check_protobuf_backend
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -63,6 +64,15 @@ def start_receivers(config: ReceiversConfig, pipeline: Pipeline, metrics: Metric
     else:
         log.warning("protobuf runs on the %r backend, not upb: OTLP decoding will be ~200x slower "
                     "(unset PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION, reinstall protobuf)", backend)
+    try:
+        index = spanindex.implementation()
+    except spanindex.SpanIndexUnavailable as exc:
+        raise ValueError(str(exc)) from None
+    log.info("span index: %s", "native (C extension)" if index == "native" else
+             f"off ({spanindex.ENV_VAR}=off: every request is decoded in full)" if index == "off" else
+             "pure Python (the C extension is not built)" if not spanindex.native_available() else
+             f"pure Python ({spanindex.ENV_VAR}=python)")
+    metrics.set("wt_otel_span_index_info", 1, implementation=index)
     token = load_token(config.auth_token_file)
     if config.tls_cert is not None and config.tls_key is not None:
         check_tls_files(config.tls_cert, config.tls_key)  # ValueError naming the file, before any bind

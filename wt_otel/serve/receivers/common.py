@@ -4,7 +4,9 @@
 (protobuf or OTLP/JSON), reject records the pipeline could not key on (bad
 trace/span ids -> partial success, as the OTLP spec asks), offer the rest to
 the bounded `Pipeline`, count everything. The transports only translate its
-`Outcome` into status codes.
+`Outcome` into status codes. When the GenAI filter heads the pipeline, a
+protobuf traces request is screened by the span index before it is decoded
+(`screened`): spans the filter would drop are never converted.
 
 Also here: bounded gzip decompression (the decompressed size is checked while
 inflating, so a gzip bomb never allocates more than the cap), bearer-token
@@ -24,10 +26,12 @@ from __future__ import annotations
 import enum
 import hmac
 import json
+import logging
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -45,10 +49,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
 from wt_otel.model.spans import LogRecord, Record, SpanRecord
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
+
+log = logging.getLogger("wt_otel.serve.receivers")
 
 # Told to clients in Retry-After / RetryInfo when the queue is full or we are shutting down.
 RETRY_AFTER_SECONDS = 1
@@ -98,6 +106,7 @@ class Decoded:
     received: int
     rejected: int
     error_message: str
+    dropped: int = 0  # spans the GenAI filter dropped at receive time, never converted (`screened`)
 
 
 def decode(signal: Signal, body: bytes | Message, encoding: Encoding) -> Decoded:
@@ -150,6 +159,71 @@ def _from_json(body: bytes | Message, decoder) -> list:
         raise MalformedRequest(f"not an OTLP/JSON request: {e}") from None
     except RecursionError:
         raise MalformedRequest("OTLP/JSON AnyValue nested too deeply") from None
+
+
+class ReceiveScreen(Protocol):
+    """The GenAI filter's receive-time half (processors/genai_filter.py), when it heads the pipeline."""
+
+    def keep_indexed(self, entries: Sequence[SpanEntry]) -> list[bool] | None: ...
+
+    def note_decoded(self, records: Sequence[Record]) -> None: ...
+
+
+def screen_of(pipeline: object) -> ReceiveScreen | None:
+    """The pipeline's head stage when it can screen requests before they are decoded (the GenAI filter);
+    None when it cannot, or WT_OTEL_SPANINDEX=off."""
+    if spanindex.implementation() == "off":
+        return None
+    head = getattr(pipeline, "consumer", None)
+    if callable(getattr(head, "keep_indexed", None)) and callable(getattr(head, "note_decoded", None)):
+        return head
+    return None
+
+
+def screened(signal: Signal, body: bytes | Message, encoding: Encoding, screen: ReceiveScreen | None) -> Decoded:
+    """`decode()`, with the GenAI filter in front where it can save work.
+
+    A protobuf traces request is walked by the span index (`wt_otel.ingest.spanindex`) first: with no
+    span the filter would keep it is acknowledged unparsed, otherwise only the kept spans are converted
+    (`Decoded.dropped` counts the rest). What the index refuses or cannot settle (malformed bytes,
+    invalid ids) and every other request is decoded as usual, and the filter notes its GenAI traces."""
+    if screen is None:
+        return decode(signal, body, encoding)
+    if signal is Signal.TRACES and encoding is Encoding.PROTOBUF and not isinstance(body, Message):
+        lean = _lean_spans(body, screen)
+        if lean is not None:
+            return lean
+    decoded = decode(signal, body, encoding)
+    screen.note_decoded(decoded.records)
+    return decoded
+
+
+def _lean_spans(body: bytes, screen: ReceiveScreen) -> Decoded | None:
+    try:
+        entries = spanindex.scan(body)
+    except SpanIndexError:
+        return None  # decode() says what is wrong, as before
+    if any(_entry_problem(e) for e in entries):
+        return None  # decode() rejects those spans, with its messages
+    keep = screen.keep_indexed(entries)
+    if keep is None:
+        return None
+    kept = sum(keep)
+    if not kept:
+        return Decoded([], len(entries), 0, "", dropped=len(entries))
+    request = _parse_pb(ExportTraceServiceRequest, body)
+    if kept == len(entries):
+        return Decoded(list(spans_from_request(request)), len(entries), 0, "")
+    if sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans) != len(entries):
+        log.error("span index and protobuf disagree on a request's span count (a bug): decoding it all")
+        return None
+    return Decoded(list(spans_from_request(request, keep)), len(entries), 0, "", dropped=len(entries) - kept)
+
+
+def _entry_problem(e: SpanEntry) -> bool:
+    """`_span_problem` on an index entry (the ids are the same hex strings)."""
+    return (len(e.trace_id) != 32 or len(e.span_id) != 16 or e.trace_id == _ZERO_TRACE_ID
+            or e.span_id == _ZERO_SPAN_ID or (e.parent_span_id is not None and len(e.parent_span_id) != 16))
 
 
 def _id_problem(what: str, hex_id: str, nbytes: int) -> str | None:
@@ -237,11 +311,13 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
     if signal is Signal.METRICS:
         return drop_metrics(body, encoding, metrics)
     try:
-        decoded = decode(signal, body, encoding)
+        decoded = screened(signal, body, encoding, screen_of(pipeline))
     except MalformedRequest as e:
         return ExportResult(Outcome.MALFORMED, str(e))
     received = "wt_otel_spans_received_total" if signal is Signal.TRACES else "wt_otel_log_records_received_total"
     metrics.inc(received, decoded.received)
+    if decoded.dropped:
+        metrics.inc("wt_otel_records_dropped_total", decoded.dropped, reason="not_genai")
     if decoded.rejected:
         metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
     if not decoded.records:

@@ -1,0 +1,103 @@
+"""The span index's cost per span: native, pure Python, and what it stands in front of (upb's ParseFromString
+plus today's conversion into SpanRecords), measured side by side in one process, printed as ratios.
+
+Two requests of ~500 spans:
+  agent  the ingest benchmark's request (bench/ingest_throughput.py: 50 agent sessions of 10 spans, chat
+         spans with ~2 KB message attributes); 9 spans in 10 are GenAI.
+  noise  500 HTTP server spans with the usual dozen semconv attributes; none is GenAI: the request serve
+         now acknowledges after the index alone.
+
+Each figure is the median of --rounds rounds, the implementations interleaved within a round so machine
+noise hits them alike; absolute µs drift between machines, the ratios are the result.
+
+    python bench/spanindex.py [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+sys.path.insert(0, str(Path(__file__).parent))
+from import_throughput import kv  # noqa: E402
+from ingest_throughput import build_request  # noqa: E402
+
+from wt_otel.ingest import spanindex  # noqa: E402
+from wt_otel.ingest.otlp import check_protobuf_backend, spans_from_request  # noqa: E402
+
+
+def noise_request(n: int = 500) -> bytes:
+    spans = []
+    for i in range(n):
+        spans.append(Span(trace_id=(i // 5 + 1).to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"),
+                          parent_span_id=b"" if i % 5 == 0 else (i // 5 * 5 + 1).to_bytes(8, "big"),
+                          name=f"GET /api/orders/{i}", kind=2, start_time_unix_nano=i, end_time_unix_nano=i + 9,
+                          attributes=[kv("http.request.method", "GET"), kv("url.path", f"/api/orders/{i}"),
+                                      kv("url.scheme", "https"), kv("server.address", "shop.example"),
+                                      kv("server.port", 443), kv("http.route", "/api/orders/{id}"),
+                                      kv("http.response.status_code", 200), kv("network.protocol.version", "1.1"),
+                                      kv("user_agent.original", "Mozilla/5.0 (X11; Linux x86_64)"),
+                                      kv("client.address", "10.0.0.7"), kv("db.system", "postgresql")]))
+    return ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+        resource={"attributes": [kv("service.name", "shop")]}, scope_spans=[ScopeSpans(spans=spans)])]
+    ).SerializeToString()
+
+
+def decode(body: bytes) -> object:
+    return list(spans_from_request(ExportTraceServiceRequest.FromString(body)))
+
+
+def parse_only(body: bytes) -> object:
+    return ExportTraceServiceRequest.FromString(body)
+
+
+def measure(fns: dict[str, Callable[[bytes], object]], body: bytes, n_spans: int, rounds: int) -> dict[str, float]:
+    """Median µs per span of each function over `rounds` interleaved rounds."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():  # warm-up
+        fn(body)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn(body)
+            times[name].append((time.perf_counter() - t) / n_spans * 1e6)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    fns: dict[str, Callable[[bytes], object]] = {"decode": decode, "parse": parse_only,
+                                                 "python": spanindex.scan_python}
+    if spanindex.native_available():
+        fns["native"] = spanindex.scan_native
+    else:
+        print("the native span index is not built (no C compiler at install): only the Python walk is measured")
+    agent_body, agent_spans = build_request()
+    workloads = {"agent": (agent_body, agent_spans), "noise": (noise_request(), 500)}
+    print(f"protobuf backend: {check_protobuf_backend()}; median of {args.rounds} interleaved rounds\n")
+    labels = {"decode": "ParseFromString + spans_from_request", "parse": "  ParseFromString alone",
+              "python": "span index, pure Python", "native": "span index, native (C)"}
+    for workload, (body, n) in workloads.items():
+        us = measure(fns, body, n, args.rounds)
+        genai = sum(e.genai for e in spanindex.scan_python(body))
+        print(f"{workload}: {n} spans ({genai} GenAI), {len(body) / 1024:.0f} KiB")
+        print(f"  {'':38} {'µs/span':>8} {'x decode':>9}")
+        for name in fns:
+            print(f"  {labels[name]:38} {us[name]:8.2f} {us[name] / us['decode']:9.3f}")
+        if "native" in us:
+            print(f"  native is {us['python'] / us['native']:.1f}x faster than the Python walk, "
+                  f"{us['decode'] / us['native']:.0f}x faster than decoding")
+        print()
+
+
+if __name__ == "__main__":
+    main()

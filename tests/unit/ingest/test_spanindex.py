@@ -1,0 +1,260 @@
+"""The span index (wt_otel/ingest/spanindex.py, _spanindex.c): both implementations against today's decode
+path on every producer fixture and on generated requests, hostile bytes refused with SpanIndexError (never
+another exception, never a crash), and the start-up choice (WT_OTEL_SPANINDEX)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, TracesData
+
+from tests.support.otlp_pb import producer_dumps, trace_requests
+from tests.support.paths import ROOT
+from tests.support.spanindex import IMPLEMENTATIONS, any_value, implementation, outcome, truth, view
+from wt_otel.ingest import spanindex
+from wt_otel.ingest.spanindex import SpanIndexError
+
+sys.path.insert(0, str(ROOT / "bench"))
+from import_throughput import session_spans  # noqa: E402  (the benchmarks' realistic agent sessions)
+
+T1, T2 = bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
+
+
+def kv(key: str, value: object) -> KeyValue:
+    return KeyValue(key=key, value=any_value(value))
+
+
+def request(*spans: Span, resources: int = 1) -> bytes:
+    rs = [ResourceSpans(resource=Resource(attributes=[kv("service.name", f"svc{i}")]),
+                        scope_spans=[ScopeSpans(spans=list(spans[i::resources]))]) for i in range(resources)]
+    return ExportTraceServiceRequest(resource_spans=rs).SerializeToString()
+
+
+def rich_request() -> bytes:
+    """Every case the index distinguishes, on real protobuf: see the comment on each span."""
+    root = (1).to_bytes(8, "big")
+    spans = [
+        # parentless agent root: operation from gen_ai.operation.name, conversation from the first key set
+        Span(trace_id=T1, span_id=root, name="invoke_agent triage",
+             attributes=[kv("gen_ai.operation.name", "invoke_agent"), kv("gen_ai.conversation.id", ""),
+                         kv("session.id", 42)]),
+        # an HTTP span: not GenAI (event attributes do not count, an incident key on the span would);
+        # feedback and incident marks on its event
+        Span(trace_id=T1, span_id=(2).to_bytes(8, "big"), parent_span_id=root, name="POST /feedback",
+             attributes=[kv("http.request.method", "POST"), kv("user.feedback", "bad")],
+             events=[Span.Event(name="feedback", attributes=[kv("user.feedback.score", -1.5),
+                                                              kv("wt.incident.id", "INC-7")])]),
+        # GenAI only by its event name; the duplicate key: the last value wins, as in the decoder's dict
+        Span(trace_id=T2, span_id=(3).to_bytes(8, "big"), name="llm call",
+             attributes=[kv("thread.id", "first"), kv("thread.id", "second")],
+             events=[Span.Event(name="gen_ai.user.message", attributes=[kv("content", "hi")])]),
+        # parentless chat span whose operation attribute is not a string: operation from the name
+        Span(trace_id=T2, span_id=(4).to_bytes(8, "big"), name="chat gpt-4o",
+             attributes=[kv("gen_ai.operation.name", 7), kv("gen_ai.conversation.id", ["a", {"b": 1}]),
+                         kv("wt.flag", True), kv("gen_ai.feedback.bytes", b"\x00\xff"),
+                         KeyValue(key="gen_ai.feedback.none")]),
+        # parentless, no GenAI evidence, operation None; conversation from a double
+        Span(trace_id=T2, span_id=(5).to_bytes(8, "big"), name="GET /health",
+             attributes=[kv("langfuse.session.id", 2.5), kv("ai_not.a.prefix", 1)]),
+        # GenAI by a whole key (input.value); parent of the wrong length is kept as it is
+        Span(trace_id=T2, span_id=(6).to_bytes(8, "big"), parent_span_id=b"\x01\x02", name="",
+             attributes=[kv("input.value", "q"), kv("gen_ai.conversation.id", True)]),
+        # no ids at all
+        Span(name="execute_tool lookup"),
+    ]
+    return request(*spans, resources=2)
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def scan(request):
+    return implementation(request.param)
+
+
+# --------------------------------------------------------------------------- agreement with the decoder
+
+
+@pytest.mark.parametrize("dump", producer_dumps(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_producer_fixture_indexes_as_the_decoder_reads_it(dump: Path, scan):
+    bodies = list(trace_requests(dump))
+    assert bodies, f"{dump} has no traces"
+    for body in bodies:
+        assert view(scan(body)) == truth(body)
+
+
+def test_the_rich_request_indexes_as_the_decoder_reads_it(scan):
+    body = rich_request()
+    entries = scan(body)
+    assert view(entries) == truth(body)
+    by_span = {e.span_id: e for e in entries}
+    root = by_span["0000000000000001"]
+    assert (root.genai, root.conversation, root.operation, root.parent_span_id) == (True, "42", "invoke_agent", None)
+    http = by_span["0000000000000002"]
+    assert not http.genai and http.operation is None
+    assert http.marks == (("user.feedback", "bad"), ("user.feedback.score", -1.5), ("wt.incident.id", "INC-7"))
+    assert by_span["0000000000000003"].genai and by_span["0000000000000003"].conversation == "second"
+    chat = by_span["0000000000000004"]
+    assert chat.operation == "chat" and chat.conversation == "['a', {'b': 1}]"
+    assert chat.marks == (("wt.flag", True), ("gen_ai.feedback.bytes", b"\x00\xff"), ("gen_ai.feedback.none", None))
+    health = by_span["0000000000000005"]
+    assert (health.genai, health.operation, health.conversation) == (False, None, "2.5")
+    assert by_span["0000000000000006"].parent_span_id == "0102" and by_span["0000000000000006"].conversation == "True"
+    assert by_span[""].trace_id == "" and by_span[""].genai and by_span[""].operation == "execute_tool"
+
+
+def test_the_benchmark_sessions_and_traces_data_index_alike(scan):
+    spans = [s for n in range(1, 4) for s in session_spans(n, 1_700_000_000_000_000_000)]
+    body = request(*spans)
+    assert view(scan(body)) == truth(body)
+    assert sum(e.genai for e in scan(body)) == len(spans) - 3  # the GET /health span of each session
+    data = TracesData(resource_spans=ExportTraceServiceRequest.FromString(body).resource_spans).SerializeToString()
+    assert scan(data) == scan(body)
+    assert scan(b"") == []
+
+
+def test_both_implementations_agree_entry_for_entry():
+    native = implementation("native")
+    for body in [rich_request(), *(b for d in producer_dumps() for b in trace_requests(d))]:
+        assert repr(native(body)) == repr(spanindex.scan_python(body))
+
+
+# --------------------------------------------------------------------------- hostile bytes
+
+
+@pytest.mark.parametrize("body, message", [
+    (b"\x0a\x80", "truncated varint at byte 2"),
+    (b"\x0a" + b"\xff" * 10 + b"\x01", "varint longer than 10 bytes"),
+    (b"\x0a\x05ab", "the request field 1 of 5 bytes runs past the end"),
+    (b"\x08\x01", "the request field 1 has wire type 0, expected 2"),
+    (b"\x13", "field 2 has wire type 3 (groups"),
+    (b"\x00", "field number 0 in the request"),
+    (b"\x12\x09" + b"\x00" * 8, "field 2 runs past the end of its message"),
+    (b"\x0a\x04\x12\x02\x10\x01", "a scope_spans field 2 has wire type 0"),
+    (b"\x0a\x06\x12\x04\x12\x02\x4a\x01", "span field 9 of 1 bytes runs past the end"),
+    (b"\x0a\x06\x12\x04\x12\x02\x08\x00", "span field 1 has wire type 0"),
+    (b"\x0a\x07\x12\x05\x12\x03\x4a\x01\x00", "field number 0 in an attribute"),
+])
+def test_malformed_bytes_raise_span_index_error(scan, body, message):
+    with pytest.raises(SpanIndexError, match=message.replace("(", r"\(")):
+        scan(body)
+
+
+def test_every_truncation_of_a_real_request_is_refused_or_indexed_alike():
+    native = implementation("native")
+    body = rich_request()
+    for cut in range(len(body)):
+        assert outcome(native, body[:cut]) == outcome(spanindex.scan_python, body[:cut]), cut
+
+
+def test_values_read_by_the_index_are_checked_and_values_it_skips_are_not(scan):
+    bad_utf8 = Span(trace_id=T1, span_id=b"\x01" * 8, attributes=[
+        KeyValue(key="gen_ai.conversation.id", value=AnyValue(bytes_value=b"x"))])
+    body = bytearray(request(bad_utf8))
+    body[body.index(b"\x3a\x01x")] = 0x0A  # bytes_value -> string_value holding the byte 'x': still fine
+    assert scan(bytes(body))[0].conversation == "x"
+    body[body.index(b"\x0a\x01x") + 2] = 0xFF  # now invalid UTF-8 in a value the index reads
+    with pytest.raises(SpanIndexError, match="not valid UTF-8"):
+        scan(bytes(body))
+    skipped = bytes(body).replace(b"gen_ai.conversation.id", b"gen_ai.conversation.zz")
+    assert scan(skipped)[0].conversation is None  # the same bytes under a key it does not read: skipped
+
+
+def test_deep_nesting_never_recurses(scan):
+    deep = AnyValue(string_value="leaf")
+    for _ in range(30):  # two protobuf levels each; protobuf itself refuses beyond 100
+        deep = AnyValue(array_value=ArrayValue(values=[deep]))
+    span = Span(trace_id=T1, span_id=b"\x01" * 8, attributes=[KeyValue(key="x.deep", value=deep)])
+    raw = request(span)
+    assert scan(raw)[0].genai is False
+    # 5,000 levels of nesting by hand: skipped by its length when unread, refused (by protobuf) when read
+    inner = b"\x0a\x01x"
+    for _ in range(5_000):  # AnyValue{array_value: ArrayValue{values: [inner]}}
+        inner = _len_field(5, _len_field(1, inner))
+    for key, expect in ((b"x.unread", None), (b"session.id", SpanIndexError)):
+        kvb = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(len(inner)) + inner
+        spanb = b"\x0a\x10" + T1 + b"\x12\x08" + b"\x01" * 8 + b"\x4a" + _varint(len(kvb)) + kvb
+        body = _len_field(1, _len_field(2, _len_field(2, spanb)))
+        if expect is None:
+            assert scan(body)[0].conversation is None
+        else:
+            with pytest.raises(SpanIndexError, match="not a valid AnyValue"):
+                scan(body)
+
+
+def test_memory_is_bounded_by_what_the_index_keeps(scan):
+    """A 16 MB attribute value the index does not read costs it nothing: it is skipped by its length."""
+    big = Span(trace_id=T1, span_id=b"\x01" * 8, name="chat x",
+               attributes=[kv("gen_ai.input.messages", "x" * (16 << 20))])
+    body = request(big)
+    tracemalloc.start()
+    try:
+        entries = scan(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert entries[0].genai and peak < 1 << 20, peak
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n < 0x80:
+            out.append(n)
+            return bytes(out)
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+# --------------------------------------------------------------------------- the start-up choice
+
+
+@pytest.mark.parametrize("value, expect", [("python", "python"), ("auto", None), ("", None), (" Native ", "native"),
+                                           ("off", "off"), ("fast", "error")])
+def test_wt_otel_spanindex_chooses(value, expect):
+    code = ("from wt_otel.ingest import spanindex as s\n"
+            "try:\n    print(s.implementation(), s.native_available())\n"
+            "except s.SpanIndexUnavailable as e:\n    print('error', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={"WT_OTEL_SPANINDEX": value, "PATH": "/usr/bin:/bin"}).stdout.split()
+    built = spanindex.native_available()
+    if expect == "error":
+        assert out[0] == "error" and "use python, native, auto or off" in " ".join(out)
+    elif expect == "native" and not built:
+        assert out[0] == "error" and "not built" in " ".join(out)
+    else:
+        assert out[0] == (expect or ("native" if built else "python"))
+
+
+def test_forcing_native_without_the_extension_names_the_cause(monkeypatch):
+    monkeypatch.setattr(spanindex, "_native", None)
+    monkeypatch.setenv(spanindex.ENV_VAR, "native")
+    with pytest.raises(spanindex.SpanIndexUnavailable, match="not built: install with a C compiler"):
+        spanindex._choose()
+    monkeypatch.setenv(spanindex.ENV_VAR, "auto")
+    assert spanindex._choose()[0] == "python"
+
+
+def test_native_is_faster_than_python():
+    """Not a threshold on time: both run the same request in one process, the ratio only has to favour C."""
+    native = implementation("native")
+    body = request(*[s for n in range(1, 21) for s in session_spans(n, 0)])
+    best = {}
+    for name, fn in (("python", spanindex.scan_python), ("native", native)):
+        runs = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn(body)
+            runs.append(time.perf_counter() - t)
+        best[name] = min(runs)
+    assert best["native"] < best["python"]

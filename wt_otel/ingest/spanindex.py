@@ -1,0 +1,488 @@
+"""The span index: one walk over a serialized OTLP traces request that says, per span, what serve needs
+to know before decoding it, without decoding it.
+
+Decoding a request (upb parse, then every span into a `SpanRecord` with attribute dicts) costs ~25 µs
+per span; a span the GenAI filter then drops has paid all of it. The index reads the protobuf wire
+format of an `ExportTraceServiceRequest` (or `TracesData`, same layout) directly and yields, per span
+in wire order, a `SpanEntry`:
+
+* `trace_id`, `span_id` (lowercase hex, "" when absent), `parent_span_id` (hex, None when empty);
+* `genai`: the genai-filter stage's rule (`processors/genai_filter.is_genai`) on this span: a GenAI
+  attribute key, span name or span event name (the tables in `wt_otel.ingest.keys`);
+* `conversation`: what `dialects.common.conversation_id(span.attributes)` would return;
+* `operation`: for a parentless span, what `dialects.common.operation(span)` would return (the
+  assembler ends a session on an agent root); None for spans with a parent;
+* `marks`: the incident and feedback attributes (the keys of the default flag rules, `ingest.flags`)
+  as `(key, value)` pairs: the span's, then each event's, each in the order of the decoder's
+  attribute dicts (a repeated key keeps its first place and its last value).
+
+Values are what `ingest.otlp` would make of them: a lone scalar AnyValue is read here; anything
+else (arrays, kvlists, several or unknown fields) goes through the protobuf decoder, so a value is
+never read two ways.
+
+Two implementations with identical results: the native scanner (`_spanindex.c`, an optional C
+extension built by `pip install`) and the pure-Python walk below, the fallback when no compiler was
+available. `WT_OTEL_SPANINDEX=python|native|auto` (default auto: native when built) chooses one at
+start-up; `implementation()` says which runs. `off` is the kill switch: serve then decodes every
+request in full, as before the index (`scan` still works, on the fallback).
+
+Hostile input (truncated varints, lengths past the end, wrong wire types on the fields read, groups,
+a field number 0) raises `SpanIndexError`: the caller then decodes the request the usual way, which
+reports it as malformed. The walk is iterative over a fixed depth (request > resource > scope > span
+> attribute/event > value) and skips what it does not read by its length, so nesting cannot recurse
+and memory is bounded by the number of spans (at most one per two input bytes). It checks the
+structure of the levels it walks, not everything protobuf checks (e.g. UTF-8 in values it skips).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS
+from wt_otel.ingest.flags import FEEDBACK_KEYS
+from wt_otel.ingest.keys import (
+    CONVERSATION_KEYS,
+    FLAG_KEYS,
+    GENAI_EVENT_PREFIX,
+    GENAI_KEY_PREFIXES,
+    GENAI_KEYS,
+    GENAI_SPAN_NAME_PREFIXES,
+)
+from wt_otel.ingest.otlp import _pb_value
+
+__all__ = ["ENV_VAR", "SpanEntry", "SpanIndexError", "SpanIndexUnavailable", "implementation", "native_available",
+           "scan", "scan_native", "scan_python"]
+
+ENV_VAR = "WT_OTEL_SPANINDEX"
+
+
+class SpanIndexError(ValueError):
+    """The bytes are not a well-formed OTLP traces request (as far as the index reads); `str()` says where."""
+
+
+class SpanIndexUnavailable(RuntimeError):
+    """`WT_OTEL_SPANINDEX=native` but the extension is not built (or the variable has a bad value)."""
+
+
+class SpanEntry(NamedTuple):
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    genai: bool
+    conversation: str | None
+    operation: str | None
+    marks: tuple[tuple[str, Any], ...]
+
+
+# --------------------------------------------------------------------------- the tables, as bytes
+
+def _mark_tables() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """FLAG_KEYS and FEEDBACK_KEYS (fnmatch patterns) as exact keys and key prefixes."""
+    exact, prefixes = list(FLAG_KEYS), []
+    for pattern in FEEDBACK_KEYS:
+        if pattern.endswith(".*") and not any(c in pattern[:-1] for c in "*?["):
+            prefixes.append(pattern[:-1])
+        elif not any(c in pattern for c in "*?["):
+            exact.append(pattern)
+        else:  # pragma: no cover - a new kind of pattern needs a new table
+            raise ValueError(f"the span index cannot match the feedback key pattern {pattern!r}")
+    return tuple(k.encode() for k in exact), tuple(p.encode() for p in prefixes)
+
+
+_OP_KEY = "gen_ai.operation.name"
+# Attribute values the index reads: the conversation keys (in their order of precedence), then the operation.
+_WANTED = (*CONVERSATION_KEYS, _OP_KEY)
+_WANTED_B = {k.encode(): i for i, k in enumerate(_WANTED)}
+_OP_SLOT = len(_WANTED) - 1
+_GENAI_PREFIXES_B = tuple(p.encode() for p in GENAI_KEY_PREFIXES)
+_GENAI_KEYS_B = frozenset(k.encode() for k in GENAI_KEYS)
+_NAME_PREFIXES_B = tuple(p.encode() for p in GENAI_SPAN_NAME_PREFIXES)
+_EVENT_PREFIX_B = GENAI_EVENT_PREFIX.encode()
+_MARK_KEYS_B, _MARK_PREFIXES_B = _mark_tables()
+_MARK_KEYS_SET = frozenset(_MARK_KEYS_B)
+_OPERATIONS_B = {op.encode(): op for op in (*INFERENCE_OPERATIONS, "execute_tool", "invoke_agent")}
+_NO_MARKS: tuple[tuple[str, Any], ...] = ()
+_DOUBLE = struct.Struct("<d")
+
+
+def _resolve(raw: bytes) -> Any:
+    """Any AnyValue the walk does not read itself, as `ingest.otlp` reads it."""
+    try:
+        return _pb_value(AnyValue.FromString(raw))
+    except DecodeError as e:
+        raise SpanIndexError(f"an attribute value is not a valid AnyValue ({e})") from None
+
+
+# --------------------------------------------------------------------------- the pure-Python walk
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise SpanIndexError(f"truncated varint at byte {pos}")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result & 0xFFFFFFFFFFFFFFFF, pos
+        shift += 7
+        if shift >= 70:
+            raise SpanIndexError(f"varint longer than 10 bytes at byte {pos}")
+
+
+def _skip(buf: bytes, pos: int, end: int, wire: int, field: int) -> int:
+    """Past the value of a field the walk does not read."""
+    if wire == 0:
+        return _varint(buf, pos, end)[1]
+    if wire == 2:
+        n, pos = _varint(buf, pos, end)
+        pos += n
+    elif wire == 1:
+        pos += 8
+    elif wire == 5:
+        pos += 4
+    else:
+        raise SpanIndexError(f"field {field} has wire type {wire} (groups and types 6/7 are not OTLP) at byte {pos}")
+    if pos > end:
+        raise SpanIndexError(f"field {field} runs past the end of its message (byte {end})")
+    return pos
+
+
+def _fields(buf: bytes, pos: int, end: int, want: int, what: str) -> list[tuple[int, int]]:
+    """(start, end) of each length-delimited field `want` in buf[pos:end]; other fields are skipped."""
+    out = []
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(buf, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if field == 0:
+            raise SpanIndexError(f"field number 0 in {what} at byte {pos}")
+        if field == want:
+            if wire != 2:
+                raise SpanIndexError(f"{what} field {want} has wire type {wire}, expected 2 (a message)")
+            if pos < end and buf[pos] < 0x80:
+                n = buf[pos]
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            if pos + n > end:
+                raise SpanIndexError(f"{what} field {want} of {n} bytes runs past the end (byte {end})")
+            out.append((pos, pos + n))
+            pos += n
+        else:
+            pos = _skip(buf, pos, end, wire, field)
+    return out
+
+
+def _value(buf: bytes, pos: int, end: int) -> Any:
+    """An AnyValue: a lone well-typed scalar field is read here, anything else by protobuf (`_resolve`)."""
+    start = pos
+    if pos == end:
+        return None
+    tag, pos = _varint(buf, pos, end)
+    field, wire = tag >> 3, tag & 7
+    if wire == 2 and field in (1, 7):
+        n, pos = _varint(buf, pos, end)
+        stop = pos + n
+        if stop == end:
+            if field == 7:
+                return buf[pos:stop]
+            try:
+                return buf[pos:stop].decode()
+            except UnicodeDecodeError:
+                raise SpanIndexError("a string attribute value is not valid UTF-8") from None
+    elif wire == 0 and field in (2, 3):
+        n, pos = _varint(buf, pos, end)
+        if pos == end:
+            if field == 2:
+                return n != 0
+            return n - (1 << 64) if n >= 1 << 63 else n
+    elif wire == 1 and field == 4 and pos + 8 == end:
+        return _DOUBLE.unpack_from(buf, pos)[0]
+    return _resolve(bytes(buf[start:end]))
+
+
+def _key_value(buf: bytes, pos: int, end: int) -> tuple[bytes, int, int, int]:
+    """A KeyValue: its key, the (start, end) of its value, how many value fields it had."""
+    key = b""
+    vstart = vend = count = 0
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(buf, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if field == 0:
+            raise SpanIndexError(f"field number 0 in an attribute at byte {pos}")
+        if field == 1 or field == 2:
+            if wire != 2:
+                raise SpanIndexError(f"attribute field {field} has wire type {wire}, expected 2")
+            if pos < end and buf[pos] < 0x80:
+                n = buf[pos]
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            if pos + n > end:
+                raise SpanIndexError(f"attribute field {field} of {n} bytes runs past the end (byte {end})")
+            if field == 1:
+                key = buf[pos:pos + n]
+            else:
+                vstart, vend, count = pos, pos + n, count + 1
+            pos += n
+        else:
+            pos = _skip(buf, pos, end, wire, field)
+    return key, vstart, vend, count
+
+
+def _mark(buf: bytes, key: bytes, vstart: int, vend: int, count: int, marks: dict[str, Any]) -> None:
+    if count > 1:
+        raise SpanIndexError("an attribute read by the index has its value field more than once")
+    try:
+        name = key.decode()
+    except UnicodeDecodeError:
+        raise SpanIndexError("an attribute key is not valid UTF-8") from None
+    marks[name] = _value(buf, vstart, vend) if count else None
+
+
+def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool:
+    """A span event: whether its name is a GenAI event name; its mark attributes go into `marks`."""
+    name = b""
+    own: dict[str, Any] = {}
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(buf, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if field == 0:
+            raise SpanIndexError(f"field number 0 in a span event at byte {pos}")
+        if field == 2 or field == 3:
+            if wire != 2:
+                raise SpanIndexError(f"span event field {field} has wire type {wire}, expected 2")
+            if pos < end and buf[pos] < 0x80:
+                n = buf[pos]
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            stop = pos + n
+            if stop > end:
+                raise SpanIndexError(f"span event field {field} of {n} bytes runs past the end (byte {end})")
+            if field == 2:
+                name = buf[pos:stop]
+            else:
+                key, vstart, vend, count = _key_value(buf, pos, stop)
+                if key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B):
+                    _mark(buf, key, vstart, vend, count, own)
+            pos = stop
+        else:
+            pos = _skip(buf, pos, end, wire, field)
+    if own:
+        marks.extend(own.items())
+    return name.startswith(_EVENT_PREFIX_B)
+
+
+_KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool]] = {}  # attribute keys repeat: classify each once
+
+
+def _classify(key: bytes) -> tuple[bool, int | None, bool]:
+    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key."""
+    cls = (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B, _WANTED_B.get(key),
+           key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B))
+    if len(_KEY_CLASSES) < 20_000:  # bounded: hostile traffic with ever new keys only loses the cache
+        _KEY_CLASSES[key] = cls
+    return cls
+
+
+def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
+    trace = span = parent = name = b""
+    genai = event_genai = False
+    wanted: dict[int, tuple[int, int, int]] | None = None
+    marks: dict[str, Any] | None = None  # the span's own
+    event_marks: list[tuple[str, Any]] | None = None
+    classes = _KEY_CLASSES
+    while pos < end:
+        tag = buf[pos]
+        if tag == 0x4A:  # an attribute (field 9): when its key and value have one-byte lengths, read it here
+            key = None
+            k = pos + 2
+            if k < end and buf[pos + 1] < 0x80:
+                stop = k + buf[pos + 1]
+                if stop <= end and k + 1 < stop and buf[k] == 0x0A and buf[k + 1] < 0x80:
+                    kend = k + 2 + buf[k + 1]
+                    if kend == stop:
+                        key, vstart, vend, count = buf[k + 2:kend], 0, 0, 0
+                    elif kend + 1 < stop and buf[kend] == 0x12 and kend + 2 + buf[kend + 1] == stop:
+                        key, vstart, vend, count = buf[k + 2:kend], kend + 2, stop, 1
+            if key is not None:
+                pos = stop
+                cls = classes.get(key) or _classify(key)
+                if cls[0]:
+                    genai = True
+                if cls[1] is not None:
+                    if wanted is None:
+                        wanted = {}
+                    wanted[cls[1]] = (vstart, vend, count)
+                if cls[2]:
+                    if marks is None:
+                        marks = {}
+                    _mark(buf, key, vstart, vend, count, marks)
+                continue
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _varint(buf, pos, end)
+        field, wire = tag >> 3, tag & 7
+        if field == 0:
+            raise SpanIndexError(f"field number 0 in a span at byte {pos}")
+        if field in (1, 2, 4, 5, 9, 11):
+            if wire != 2:
+                raise SpanIndexError(f"span field {field} has wire type {wire}, expected 2")
+            if pos < end and buf[pos] < 0x80:
+                n = buf[pos]
+                pos += 1
+            else:
+                n, pos = _varint(buf, pos, end)
+            stop = pos + n
+            if stop > end:
+                raise SpanIndexError(f"span field {field} of {n} bytes runs past the end (byte {end})")
+            if field == 9:  # an attribute the fast path above did not take (long, or unusual)
+                key, vstart, vend, count = _key_value(buf, pos, stop)
+                cls = classes.get(key) or _classify(key)
+                if cls[0]:
+                    genai = True
+                if cls[1] is not None:
+                    if wanted is None:
+                        wanted = {}
+                    wanted[cls[1]] = (vstart, vend, count)
+                if cls[2]:
+                    if marks is None:
+                        marks = {}
+                    _mark(buf, key, vstart, vend, count, marks)
+            elif field == 11:
+                if event_marks is None:
+                    event_marks = []
+                if _event(buf, pos, stop, event_marks):
+                    event_genai = True
+            elif field == 1:
+                trace = buf[pos:stop]
+            elif field == 2:
+                span = buf[pos:stop]
+            elif field == 4:
+                parent = buf[pos:stop]
+            else:
+                name = buf[pos:stop]
+            pos = stop
+        else:
+            pos = _skip(buf, pos, end, wire, field)
+    values: dict[int, Any] = {}
+    if wanted is not None:
+        for slot, (vstart, vend, count) in sorted(wanted.items()):
+            if count > 1:
+                raise SpanIndexError("an attribute read by the index has its value field more than once")
+            values[slot] = _value(buf, vstart, vend) if count else None
+    conversation = None
+    if values:
+        for slot in range(_OP_SLOT):
+            v = values.get(slot)
+            if v is not None and v != "":
+                conversation = str(v)
+                break
+    operation = None
+    if not parent:
+        op = values.get(_OP_SLOT)
+        operation = op if isinstance(op, str) else _OPERATIONS_B.get(name.split(b" ", 1)[0])
+    return SpanEntry(trace.hex(), span.hex(), parent.hex() if parent else None,
+                     genai or event_genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
+                     ((*marks.items(), *(event_marks or ())) if marks else
+                      tuple(event_marks) if event_marks else _NO_MARKS))
+
+
+def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
+    """The pure-Python walk (the fallback); raises `SpanIndexError`."""
+    buf = body if type(body) is bytes else bytes(body)
+    entries = []
+    for rs_start, rs_end in _fields(buf, 0, len(buf), 1, "the request"):
+        for ss_start, ss_end in _fields(buf, rs_start, rs_end, 2, "a resource_spans"):
+            for sp_start, sp_end in _fields(buf, ss_start, ss_end, 2, "a scope_spans"):
+                entries.append(_span(buf, sp_start, sp_end))
+    return entries
+
+
+# --------------------------------------------------------------------------- the native scanner
+
+def _load_native() -> Callable[[Any], list[SpanEntry]] | None:
+    try:
+        from wt_otel.ingest import _spanindex  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    _spanindex.configure(
+        genai_prefixes=_GENAI_PREFIXES_B, genai_keys=tuple(sorted(_GENAI_KEYS_B)), name_prefixes=_NAME_PREFIXES_B,
+        event_prefix=_EVENT_PREFIX_B, wanted=tuple(k.encode() for k in _WANTED), mark_keys=_MARK_KEYS_B,
+        mark_prefixes=_MARK_PREFIXES_B, operations=tuple(_OPERATIONS_B), entry_type=SpanEntry,
+        error=SpanIndexError, resolve=_resolve)
+    scan_fn: Callable[[Any], list[SpanEntry]] = _spanindex.scan
+    return scan_fn
+
+
+_native = _load_native()
+
+
+def native_available() -> bool:
+    """Whether the C extension was built and loads."""
+    return _native is not None
+
+
+def scan_native(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
+    """The C scanner; raises `SpanIndexUnavailable` when it is not built, `SpanIndexError` on bad input."""
+    if _native is None:
+        raise SpanIndexUnavailable("the native span index (wt_otel/ingest/_spanindex.c) is not built: "
+                                   "install with a C compiler and the Python headers (python3-dev)")
+    return _native(body)
+
+
+# --------------------------------------------------------------------------- the choice
+
+_chosen: tuple[str, Callable[[Any], list[SpanEntry]]] | None = None
+
+
+def _choose() -> tuple[str, Callable[[Any], list[SpanEntry]]]:
+    wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "native", "python", "off"):
+        raise SpanIndexUnavailable(f"{ENV_VAR}={wanted!r}: use python, native, auto or off")
+    if wanted == "off":
+        return "off", scan_python
+    if wanted == "python" or (wanted == "auto" and _native is None):
+        return "python", scan_python
+    if _native is None:
+        scan_native(b"")  # raises with the reason
+    return "native", scan_native
+
+
+def implementation() -> str:
+    """"native" or "python": the implementation `scan` uses (chosen once, from WT_OTEL_SPANINDEX);
+    "off" when serve is not to use the index at all.
+
+    Raises `SpanIndexUnavailable` when native is forced but not built, or the variable is not understood."""
+    global _chosen
+    if _chosen is None:
+        _chosen = _choose()
+    return _chosen[0]
+
+
+def scan(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
+    """Every span of a serialized traces request, in wire order; raises `SpanIndexError` on bad input."""
+    if _chosen is None:
+        implementation()
+    assert _chosen is not None
+    return _chosen[1](body)
