@@ -107,7 +107,7 @@ class SessionAssembler:
     def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
                  grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
                  late_window: float = 300.0, max_retained_records: int = 20_000,
-                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 384 * 1024 * 1024) -> None:
+                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 192 * 1024 * 1024) -> None:
         self.sink = sink
         self.max_held_bytes = max_held_bytes
         self._open_bytes = 0

@@ -38,6 +38,11 @@ HELP = {
     "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
+    "wt_otel_backlog_seconds": "Seconds of work queued at the pipeline worker's measured speed; past "
+                               "queue.max_backlog_seconds requests are refused before decoding.",
+    "wt_otel_requests_shed_total": "Export requests refused before decoding (429 / RESOURCE_EXHAUSTED or 503 + retry "
+                                   "info), by reason: the writer behind or the memory budget spent (queue_full), "
+                                   "store_unavailable, shutting_down.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
     "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",
     "wt_otel_replays_queued_total": "Flagged incidents imported and queued for automatic replay.",

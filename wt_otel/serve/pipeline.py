@@ -8,6 +8,13 @@ byte budget of `wt_otel.serve.budget.AdmissionControl` (which also refuses a
 batch too large to be fair, TOO_LARGE, and everything while the data dir cannot
 be written, UNAVAILABLE).
 
+Receivers call `precheck(estimated_bytes)` first, before decoding a request:
+it refuses (same verdicts) while the worker is more than
+`max_backlog_seconds` behind, measured as queued records x the worker's own
+seconds per record (its busy time, including writing sessions, over the
+records it consumed), so at overload the receivers decode only what the
+worker can take and the worker keeps its share of the GIL.
+
 One worker thread feeds queued batches to the `Consumer` (the processors) and
 calls its `tick(now)` at least every `tick_interval` seconds so time-based
 work (idle sessions) happens without traffic. `stop()` refuses new work,
@@ -69,6 +76,9 @@ class Pipeline:
         self._queued_bytes = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._seconds_per_record = 0.0  # the worker's measured cost; 0 until measured
+        self._busy = 0.0
+        self._done = 0
         self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
 
     def start(self) -> Pipeline:
@@ -82,6 +92,21 @@ class Pipeline:
     @property
     def queued_bytes(self) -> int:
         return self._queued_bytes
+
+    @property
+    def backlog_seconds(self) -> float:
+        """Seconds of work queued, at the worker's measured speed (0 until measured)."""
+        return self._queued * self._seconds_per_record
+
+    def precheck(self, estimated_bytes: int) -> tuple[PipelineAdmission, str]:
+        """Before decoding a request of ~`estimated_bytes` decoded: refuse it now if it cannot be admitted
+        (shutting down, the store degraded, the worker behind, the memory budget spent)."""
+        if self._closed:
+            return PipelineAdmission.CLOSED, "wt-otel is shutting down"
+        decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.backlog_seconds)
+        if decision.verdict is not Verdict.ADMIT:
+            return _VERDICTS[decision.verdict], decision.reason
+        return PipelineAdmission.ACCEPTED, ""
 
     def offer(self, records: Sequence[Record], client: str | None = None) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
@@ -114,9 +139,11 @@ class Pipeline:
             if batch is None:
                 break
             now = time.time()
+            started = time.perf_counter()
             if batch[0]:
                 records, nbytes = batch
                 self._safely(self.consumer.consume, records, now)
+                self._done += len(records)
                 with self._lock:
                     self._queued -= len(records)
                     self._queued_bytes -= nbytes
@@ -127,6 +154,20 @@ class Pipeline:
                     self._safely(job)
                 self._safely(self.consumer.tick, now)
                 next_tick = time.monotonic() + self.tick_interval
+            self._measure(time.perf_counter() - started, idle=not batch[0])
+
+    def _measure(self, busy: float, idle: bool) -> None:
+        """Seconds per record: busy time (consuming, ticking, writing) over records consumed, per >= 1000
+        records, smoothed. Ticks while nothing is queued or consumed are idle time, not cost."""
+        if idle and not self._queued and not self._done:
+            return
+        self._busy += busy
+        if self._done >= 1000:
+            measured = self._busy / self._done
+            old = self._seconds_per_record
+            self._seconds_per_record = measured if not old else 0.5 * old + 0.5 * measured
+            self._busy, self._done = 0.0, 0
+            self.metrics.set("wt_otel_backlog_seconds", round(self.backlog_seconds, 3))
 
     def _safely(self, fn, *args) -> None:
         try:
