@@ -38,7 +38,9 @@ Memory is also bounded in bytes (`max_held_bytes`, estimated by
 `wt_otel._util.sizeof`): past it, retained records are dropped first (they are
 written already; the session keeps its tombstone), then the least recently
 active open session is written early, incomplete (reason `max_held_bytes`).
-`held_bytes()` is what the pipeline's admission control adds to its queue.
+`held_bytes()` is what the pipeline's admission control adds to its queue;
+`write_backlog()` (the root-ended sessions waiting, in seconds of writing) is
+how it sees that the writer is behind, to refuse requests before decoding.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ class SessionAssembler:
         self._by_trace: dict[str, str] = {}  # trace id -> key, open and retained alike
         self._by_conv: dict[str, str] = {}
         self._counter = 0
+        self._seconds_per_session = 0.0  # measured in tick(); 0 until then
 
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
@@ -162,8 +165,13 @@ class SessionAssembler:
                 due.append(group)
             due += [self._open[k] for k in self._root_ended
                     if k in self._open and self.idle_timeout > now - self._open[k].last_seen >= self.grace]
+            started = time.perf_counter()
             for group in due:
                 self._emit(group, now, complete=True)
+            if len(due) >= 10:  # the writer's speed, for `write_backlog()`
+                took = (time.perf_counter() - started) / len(due)
+                self._seconds_per_session = took if not self._seconds_per_session else \
+                    0.7 * self._seconds_per_session + 0.3 * took
             while self._retained and now - next(iter(self._retained.values())).retained_at > self.late_window:
                 self._forget(next(iter(self._retained)))
             self.metrics.set("wt_otel_sessions_open", len(self._open))
@@ -183,6 +191,12 @@ class SessionAssembler:
     @property
     def open_sessions(self) -> int:
         return len(self._open)
+
+    def write_backlog(self) -> float:
+        """Seconds of writing behind: the sessions whose root has ended (due within `grace`) at the measured
+        seconds per session, less the `grace` they wait anyway; 0 until measured. Lock-free: admission
+        control reads it for every request, before decoding, to see that the writer is behind."""
+        return max(0.0, len(self._root_ended) * self._seconds_per_session - self.grace)
 
     def held_bytes(self) -> int:
         """Estimated bytes of the records held (open sessions and retained ones), for admission control."""

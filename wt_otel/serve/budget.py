@@ -17,16 +17,17 @@ rules, in order:
    it starts per `session_window` seconds (the distinct trace ids of each
    batch). Once the budgets are `fair_share_pressure` full, a client past
    `max_sessions_per_client` gets FULL, so the heavy exporter backs off while
-   the others still get in; without pressure nobody is throttled (one
-   collector forwarding everything is a single client and must not be).
+   the others still get in; without pressure nobody is throttled, nor is a
+   client that is alone in the window (one collector forwarding everything is
+   a single client and must not be capped below serve's capacity).
 
 `gate()` runs the cheap part of these rules *before* a request is decoded,
 on its size on the wire: decoding is most of a receiver's cost and holds the
 GIL, so a request that will be refused must be refused before it is decoded,
 or at overload the receivers starve the one thread that writes sessions and
 goodput collapses. It refuses (FULL, with retry info) when the writer is more
-than `max_backlog_seconds` behind (queued records x the measured seconds per
-record), or when the request's estimated decoded size
+than `max_backlog_seconds` behind (the oldest queued batch has waited that
+long, or writing the sessions waiting would take that long), or when the request's estimated decoded size
 (`DECODED_PER_WIRE_BYTE` x its bytes) would not fit the memory budget; the
 exact checks run again after decoding.
 
@@ -129,8 +130,8 @@ class AdmissionControl:
                 name, reason = next(iter(self._degraded.items()))
                 return Decision(Verdict.UNAVAILABLE, f"{name}: {reason}")
         if backlog_seconds > cfg.max_backlog_seconds:
-            return Decision(Verdict.FULL, f"wt-otel's writer is {backlog_seconds:.1f}s behind (more than "
-                                          f"{cfg.max_backlog_seconds:g}s of records queued)")
+            return Decision(Verdict.FULL, f"wt-otel's writer is behind ({backlog_seconds:.1f}s of work waiting, "
+                                          f"more than max_backlog_seconds {cfg.max_backlog_seconds:g}s)")
         held = self.held()
         if queued_bytes + held + min(estimated_bytes, cfg.max_batch_bytes) > cfg.max_bytes:
             return Decision(Verdict.FULL, f"the memory budget is spent ({queued_bytes + held} of {cfg.max_bytes} "
@@ -186,8 +187,19 @@ class AdmissionControl:
             self._clients.move_to_end(client)
             while window and now - window[0][0] >= cfg.session_window:
                 self._client_counts[client] -= window.popleft()[1]
-            if enforce and self._client_counts[client] + traces > cfg.max_sessions_per_client:
+            if enforce and self._client_counts[client] + traces > cfg.max_sessions_per_client \
+                    and self._others_active(client, now):
                 return False
             window.append((now, traces))
             self._client_counts[client] += traces
             return True
+
+    def _others_active(self, client: str, now: float) -> bool:
+        """Whether another client sent within the window (under the lock). A lone client is never held to
+        its quota: there is nobody to be fair to, and the quota would cap serve below its capacity (the
+        memory budget and the backlog gate still bound it). The most recent other is next to the end."""
+        for other in reversed(self._clients):
+            if other != client:
+                window = self._clients[other]
+                return bool(window) and now - window[-1][0] < self.config.session_window
+        return False

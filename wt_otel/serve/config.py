@@ -102,9 +102,10 @@ class QueueConfig(_Strict):
     max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="memory budget in bytes (estimated) for the queue, "
                            "open sessions and retained records; past it exports get 429 / RESOURCE_EXHAUSTED, "
                            "checked before a request is decoded (on its size) and again after")
-    max_backlog_seconds: float = Field(2.0, gt=0, description="seconds of queued work (at the pipeline's measured "
-                                       "speed) beyond which exports get 429 / RESOURCE_EXHAUSTED before they are "
-                                       "decoded: at overload the writer keeps its share and goodput stays at capacity")
+    max_backlog_seconds: float = Field(2.0, gt=0, description="how far behind the writer may be (the oldest queued "
+                                       "batch's wait, or the time to write the sessions waiting) before exports get "
+                                       "429 / RESOURCE_EXHAUSTED, refused before they are decoded: at overload the "
+                                       "writer keeps its share and goodput stays at capacity")
     max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
                                       "a larger request is refused (413 / RESOURCE_EXHAUSTED): split it")
     max_sessions_per_client: int = Field(2_500, gt=0, description="traces one client (peer address) may start per "

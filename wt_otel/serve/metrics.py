@@ -38,7 +38,10 @@ HELP = {
     "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
-    "wt_otel_backlog_seconds": "Seconds of work queued at the pipeline worker's measured speed; past "
+    "wt_otel_memory_held_bytes": "Estimated bytes held by the queue, open sessions and retained records "
+                                 "(the queue.max_bytes budget).",
+    "wt_otel_backlog_seconds": "How far behind the writer is (oldest queued batch's wait, or time to "
+                               "write the sessions waiting, at its measured speed); past "
                                "queue.max_backlog_seconds requests are refused before decoding.",
     "wt_otel_requests_shed_total": "Export requests refused before decoding (429 / RESOURCE_EXHAUSTED or 503 + retry "
                                    "info), by reason: the writer behind or the memory budget spent (queue_full), "

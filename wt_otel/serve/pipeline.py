@@ -10,10 +10,12 @@ be written, UNAVAILABLE).
 
 Receivers call `precheck(estimated_bytes)` first, before decoding a request:
 it refuses (same verdicts) while the worker is more than
-`max_backlog_seconds` behind, measured as queued records x the worker's own
-seconds per record (its busy time, including writing sessions, over the
-records it consumed), so at overload the receivers decode only what the
-worker can take and the worker keeps its share of the GIL.
+`max_backlog_seconds` behind: the oldest queued batch has waited that long,
+or the sessions waiting to be written would take that long (`writer_lag`,
+the assembler's `write_backlog`: consuming records is cheap, writing sessions
+is not, so the backlog builds up in the assembler more than in the queue). So at
+overload the receivers decode only what the worker can take, and the worker
+keeps its share of the GIL.
 
 One worker thread feeds queued batches to the `Consumer` (the processors) and
 calls its `tick(now)` at least every `tick_interval` seconds so time-based
@@ -29,6 +31,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -62,7 +65,8 @@ class Consumer(Protocol):
 class Pipeline:
     def __init__(self, consumer: Consumer, metrics: Metrics | None = None, max_queued_records: int = 100_000,
                  tick_interval: float = 0.5, admission: AdmissionControl | None = None,
-                 housekeeping: Sequence[Callable[[], object]] = ()) -> None:
+                 housekeeping: Sequence[Callable[[], object]] = (),
+                 writer_lag: Callable[[], float] | None = None) -> None:
         self.consumer = consumer
         self.metrics = metrics or Metrics()
         self.max_queued_records = max_queued_records
@@ -76,9 +80,8 @@ class Pipeline:
         self._queued_bytes = 0
         self._lock = threading.Lock()
         self._closed = False
-        self._seconds_per_record = 0.0  # the worker's measured cost; 0 until measured
-        self._busy = 0.0
-        self._done = 0
+        self._writer_lag = writer_lag or (lambda: 0.0)
+        self._enqueued: deque[float] = deque()  # when each queued batch was queued, oldest first
         self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
 
     def start(self) -> Pipeline:
@@ -95,8 +98,13 @@ class Pipeline:
 
     @property
     def backlog_seconds(self) -> float:
-        """Seconds of work queued, at the worker's measured speed (0 until measured)."""
-        return self._queued * self._seconds_per_record
+        """How far behind the worker is: the wait of the oldest queued batch, or the time to write the
+        sessions waiting in the assembler, whichever is more."""
+        try:
+            waited = time.monotonic() - self._enqueued[0]  # read without the lock: the worker may pop it
+        except IndexError:
+            waited = 0.0
+        return max(waited, self._writer_lag())
 
     def precheck(self, estimated_bytes: int) -> tuple[PipelineAdmission, str]:
         """Before decoding a request of ~`estimated_bytes` decoded: refuse it now if it cannot be admitted
@@ -126,6 +134,7 @@ class Pipeline:
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
             self._queue.put((records, decision.nbytes))
+            self._enqueued.append(time.monotonic())
         return PipelineAdmission.ACCEPTED, ""
 
     def _run(self) -> None:
@@ -139,12 +148,11 @@ class Pipeline:
             if batch is None:
                 break
             now = time.time()
-            started = time.perf_counter()
             if batch[0]:
                 records, nbytes = batch
                 self._safely(self.consumer.consume, records, now)
-                self._done += len(records)
                 with self._lock:
+                    self._enqueued.popleft()
                     self._queued -= len(records)
                     self._queued_bytes -= nbytes
                     self.metrics.set("wt_otel_queue_depth", self._queued)
@@ -153,21 +161,9 @@ class Pipeline:
                 for job in self.housekeeping:
                     self._safely(job)
                 self._safely(self.consumer.tick, now)
+                self.metrics.set("wt_otel_memory_held_bytes", self._queued_bytes + self.admission.held())
+                self.metrics.set("wt_otel_backlog_seconds", round(self.backlog_seconds, 3))
                 next_tick = time.monotonic() + self.tick_interval
-            self._measure(time.perf_counter() - started, idle=not batch[0])
-
-    def _measure(self, busy: float, idle: bool) -> None:
-        """Seconds per record: busy time (consuming, ticking, writing) over records consumed, per >= 1000
-        records, smoothed. Ticks while nothing is queued or consumed are idle time, not cost."""
-        if idle and not self._queued and not self._done:
-            return
-        self._busy += busy
-        if self._done >= 1000:
-            measured = self._busy / self._done
-            old = self._seconds_per_record
-            self._seconds_per_record = measured if not old else 0.5 * old + 0.5 * measured
-            self._busy, self._done = 0.0, 0
-            self.metrics.set("wt_otel_backlog_seconds", round(self.backlog_seconds, 3))
 
     def _safely(self, fn, *args) -> None:
         try:

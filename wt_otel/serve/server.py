@@ -138,7 +138,8 @@ class SessionPipeline:
             housekeeping.append(store.retry_deferred)
         self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
                               tick_interval=tick_interval, admission=self.admission,
-                              housekeeping=housekeeping).start()
+                              housekeeping=housekeeping,
+                              writer_lag=getattr(self.assembler, "write_backlog", None)).start()
         return self.queue
 
     def _store_health(self, reason: str | None) -> None:
