@@ -145,7 +145,7 @@ def test_gate_rules():
 def test_the_assembler_reports_its_writing_backlog_in_seconds():
     written: list = []
     assembler = SessionAssembler(lambda session, spans: written.append(session.key), idle_timeout=30, grace=0.5)
-    assert assembler.write_backlog() == 0  # nothing measured yet
+    assert assembler.write_backlog() == 0  # nothing waiting
     t = 1_000.0
     assembler.consume([s for i in range(20) for s in genai_session(tid(i + 1))], t)
     assembler.tick(t + 1)  # writes the 20 (their roots ended, grace over) and measures the speed
