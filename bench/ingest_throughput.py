@@ -302,7 +302,10 @@ def run_serve(args, body: bytes, n: int, data_dir: Path) -> tuple[LoadResult, fl
           f"{index_lines(data_dir):,} after SIGTERM (exit {rc} in {stop_s:.1f} s); "
           f"incomplete flushes {m.get('wt_otel_sessions_flushed_incomplete_total', 0):g}, "
           f"pipeline errors {m.get('wt_otel_pipeline_errors_total', 0):g}")
-    print(f"      {rss.summary()}")
+    from wt_otel.serve.config import load_serve_config
+    budget = load_serve_config(Path(args.serve_config) if args.serve_config else None).queue.max_bytes
+    print(f"      {rss.summary()}; peak RSS {rss.hwm} MiB against a {budget // 2**20} MiB memory budget "
+          f"(queue.max_bytes: the records held; plus ~65 MiB of interpreter and requests in flight)")
     print(f"      RSS every ~{max(1, len(rss.samples) // 8)} s: {rss.samples[::max(1, len(rss.samples) // 8)]}")
     return result, sustained
 

@@ -38,7 +38,9 @@ Memory is also bounded in bytes (`max_held_bytes`, estimated by
 `wt_otel._util.sizeof`): past it, retained records are dropped first (they are
 written already; the session keeps its tombstone), then the least recently
 active open session is written early, incomplete (reason `max_held_bytes`).
-`held_bytes()` is what the pipeline's admission control adds to its queue.
+`held_bytes()` is what the pipeline's admission control adds to its queue;
+`write_backlog()` (the root-ended sessions waiting, in seconds of writing) is
+how it sees that the writer is behind, to refuse requests before decoding.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class SessionAssembler:
     def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
                  grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
                  late_window: float = 300.0, max_retained_records: int = 20_000,
-                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 384 * 1024 * 1024) -> None:
+                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 192 * 1024 * 1024) -> None:
         self.sink = sink
         self.max_held_bytes = max_held_bytes
         self._open_bytes = 0
@@ -133,6 +135,10 @@ class SessionAssembler:
         self._by_trace: dict[str, str] = {}  # trace id -> key, open and retained alike
         self._by_conv: dict[str, str] = {}
         self._counter = 0
+        # the writer's speed, measured in tick(); until then a prior slower than measured on a loaded 2-core
+        # machine (3-8 ms), so the first burst, before any session is due, cannot queue a minute of writing
+        self._seconds_per_session = 0.010
+        self._speed_measured = False
 
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
@@ -162,8 +168,11 @@ class SessionAssembler:
                 due.append(group)
             due += [self._open[k] for k in self._root_ended
                     if k in self._open and self.idle_timeout > now - self._open[k].last_seen >= self.grace]
-            for group in due:
+            started = time.perf_counter()
+            for n, group in enumerate(due, 1):
                 self._emit(group, now, complete=True)
+                if n % 50 == 0 or (n == len(due) and n >= 10):  # the writer's speed, for `write_backlog()`
+                    self._measured((time.perf_counter() - started) / n)
             while self._retained and now - next(iter(self._retained.values())).retained_at > self.late_window:
                 self._forget(next(iter(self._retained)))
             self.metrics.set("wt_otel_sessions_open", len(self._open))
@@ -183,6 +192,18 @@ class SessionAssembler:
     @property
     def open_sessions(self) -> int:
         return len(self._open)
+
+    def write_backlog(self) -> float:
+        """Seconds of writing behind: the sessions whose root has ended (due within `grace`) at the measured
+        seconds per session, less the `grace` they wait anyway. Lock-free: admission control reads it for
+        every request, before decoding, to see that the writer is behind."""
+        return max(0.0, len(self._root_ended) * self._seconds_per_session - self.grace)
+
+    def _measured(self, seconds_per_session: float) -> None:
+        if not self._speed_measured:
+            self._seconds_per_session, self._speed_measured = seconds_per_session, True
+        else:
+            self._seconds_per_session = 0.7 * self._seconds_per_session + 0.3 * seconds_per_session
 
     def held_bytes(self) -> int:
         """Estimated bytes of the records held (open sessions and retained ones), for admission control."""

@@ -72,8 +72,9 @@ class AssemblerConfig(_Strict):
     max_records_per_session: int = Field(20_000, gt=0, description="beyond it the session is flushed incomplete")
     late_window: float = Field(300.0, ge=0, description="seconds a written session's records are kept for revisions")
     max_retained_records: int = Field(20_000, ge=0, description="bound on records kept for late-span revisions")
-    max_held_bytes: int = Field(384 * 1024 * 1024, gt=0, description="bytes of records held by open and retained "
-                                "sessions (estimated); past it retained records go, then sessions are written early")
+    max_held_bytes: int = Field(192 * 1024 * 1024, gt=0, description="bytes of records held by open and retained "
+                                "sessions (estimated); past it retained records go, then sessions are written early. "
+                                "Keep it below queue.max_bytes, so retained records go before exports are refused")
 
 
 class RedactionPattern(_Strict):
@@ -98,8 +99,13 @@ class QueueConfig(_Strict):
     """Admission (`wt_otel.serve.budget`): what may wait in memory, and what one client may take of it."""
 
     max_queued_records: int = Field(100_000, gt=0, description="beyond it exports get 429 / RESOURCE_EXHAUSTED")
-    max_bytes: int = Field(512 * 1024 * 1024, gt=0, description="memory budget in bytes (estimated) for the queue, "
-                           "open sessions and retained records; past it exports get 429 / RESOURCE_EXHAUSTED")
+    max_bytes: int = Field(256 * 1024 * 1024, gt=0, description="memory budget in bytes (estimated) for the queue, "
+                           "open sessions and retained records; past it exports get 429 / RESOURCE_EXHAUSTED, "
+                           "checked before a request is decoded (on its size) and again after")
+    max_backlog_seconds: float = Field(2.0, gt=0, description="how far behind the writer may be (the oldest queued "
+                                       "batch's wait, or the time to write the sessions waiting) before exports get "
+                                       "429 / RESOURCE_EXHAUSTED, refused before they are decoded: at overload the "
+                                       "writer keeps its share and goodput stays at capacity")
     max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
                                       "a larger request is refused (413 / RESOURCE_EXHAUSTED): split it")
     max_sessions_per_client: int = Field(2_500, gt=0, description="traces one client (peer address) may start per "

@@ -40,6 +40,14 @@ HELP = {
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_span_index_info": "1, labelled with the span index implementation serve runs (native: the C "
                                "extension; python: the fallback; off: not used). WT_OTEL_SPANINDEX chooses.",
+    "wt_otel_memory_held_bytes": "Estimated bytes held by the queue, open sessions and retained records "
+                                 "(the queue.max_bytes budget).",
+    "wt_otel_backlog_seconds": "How far behind the writer is (oldest queued batch's wait, or time to "
+                               "write the sessions waiting, at its measured speed); past "
+                               "queue.max_backlog_seconds requests are refused before decoding.",
+    "wt_otel_requests_shed_total": "Export requests refused before decoding (429 / RESOURCE_EXHAUSTED or 503 + retry "
+                                   "info), by reason: the writer behind or the memory budget spent (queue_full), "
+                                   "store_unavailable, shutting_down.",
     "wt_otel_requests_total": "OTLP export requests, by transport, signal and status.",
     "wt_otel_replay_queue_depth": "Automatic replays queued or running (not done).",
     "wt_otel_replays_queued_total": "Flagged incidents imported and queued for automatic replay.",

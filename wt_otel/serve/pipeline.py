@@ -8,6 +8,15 @@ byte budget of `wt_otel.serve.budget.AdmissionControl` (which also refuses a
 batch too large to be fair, TOO_LARGE, and everything while the data dir cannot
 be written, UNAVAILABLE).
 
+Receivers call `precheck(estimated_bytes)` first, before decoding a request:
+it refuses (same verdicts) while the worker is more than
+`max_backlog_seconds` behind: the oldest queued batch has waited that long,
+or the sessions waiting to be written would take that long (`writer_lag`,
+the assembler's `write_backlog`: consuming records is cheap, writing sessions
+is not, so the backlog builds up in the assembler more than in the queue). So at
+overload the receivers decode only what the worker can take, and the worker
+keeps its share of the GIL.
+
 One worker thread feeds queued batches to the `Consumer` (the processors) and
 calls its `tick(now)` at least every `tick_interval` seconds so time-based
 work (idle sessions) happens without traffic. `stop()` refuses new work,
@@ -22,6 +31,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -55,7 +65,8 @@ class Consumer(Protocol):
 class Pipeline:
     def __init__(self, consumer: Consumer, metrics: Metrics | None = None, max_queued_records: int = 100_000,
                  tick_interval: float = 0.5, admission: AdmissionControl | None = None,
-                 housekeeping: Sequence[Callable[[], object]] = ()) -> None:
+                 housekeeping: Sequence[Callable[[], object]] = (),
+                 writer_lag: Callable[[], float] | None = None) -> None:
         self.consumer = consumer
         self.metrics = metrics or Metrics()
         self.max_queued_records = max_queued_records
@@ -69,6 +80,8 @@ class Pipeline:
         self._queued_bytes = 0
         self._lock = threading.Lock()
         self._closed = False
+        self._writer_lag = writer_lag or (lambda: 0.0)
+        self._enqueued: deque[float] = deque()  # when each queued batch was queued, oldest first
         self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
 
     def start(self) -> Pipeline:
@@ -82,6 +95,26 @@ class Pipeline:
     @property
     def queued_bytes(self) -> int:
         return self._queued_bytes
+
+    @property
+    def backlog_seconds(self) -> float:
+        """How far behind the worker is: the wait of the oldest queued batch, or the time to write the
+        sessions waiting in the assembler, whichever is more."""
+        try:
+            waited = time.monotonic() - self._enqueued[0]  # read without the lock: the worker may pop it
+        except IndexError:
+            waited = 0.0
+        return max(waited, self._writer_lag())
+
+    def precheck(self, estimated_bytes: int) -> tuple[PipelineAdmission, str]:
+        """Before decoding a request of ~`estimated_bytes` decoded: refuse it now if it cannot be admitted
+        (shutting down, the store degraded, the worker behind, the memory budget spent)."""
+        if self._closed:
+            return PipelineAdmission.CLOSED, "wt-otel is shutting down"
+        decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.backlog_seconds)
+        if decision.verdict is not Verdict.ADMIT:
+            return _VERDICTS[decision.verdict], decision.reason
+        return PipelineAdmission.ACCEPTED, ""
 
     def offer(self, records: Sequence[Record], client: str | None = None) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
@@ -101,6 +134,7 @@ class Pipeline:
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
             self._queue.put((records, decision.nbytes))
+            self._enqueued.append(time.monotonic())
         return PipelineAdmission.ACCEPTED, ""
 
     def _run(self) -> None:
@@ -118,6 +152,7 @@ class Pipeline:
                 records, nbytes = batch
                 self._safely(self.consumer.consume, records, now)
                 with self._lock:
+                    self._enqueued.popleft()
                     self._queued -= len(records)
                     self._queued_bytes -= nbytes
                     self.metrics.set("wt_otel_queue_depth", self._queued)
@@ -126,6 +161,8 @@ class Pipeline:
                 for job in self.housekeeping:
                     self._safely(job)
                 self._safely(self.consumer.tick, now)
+                self.metrics.set("wt_otel_memory_held_bytes", self._queued_bytes + self.admission.held())
+                self.metrics.set("wt_otel_backlog_seconds", round(self.backlog_seconds, 3))
                 next_tick = time.monotonic() + self.tick_interval
 
     def _safely(self, fn, *args) -> None:

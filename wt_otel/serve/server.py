@@ -128,7 +128,8 @@ class SessionPipeline:
         self.admission = AdmissionControl(
             BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
                          max_records=max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
-                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure),
+                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure,
+                         max_backlog_seconds=q.max_backlog_seconds),
             held=held if callable(held) else None)
         housekeeping = []
         store = self.store
@@ -137,7 +138,8 @@ class SessionPipeline:
             housekeeping.append(store.retry_deferred)
         self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
                               tick_interval=tick_interval, admission=self.admission,
-                              housekeeping=housekeeping).start()
+                              housekeeping=housekeeping,
+                              writer_lag=getattr(self.assembler, "write_backlog", None)).start()
         return self.queue
 
     def _store_health(self, reason: str | None) -> None:

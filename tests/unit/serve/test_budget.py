@@ -25,6 +25,8 @@ def test_under_pressure_the_heavy_client_backs_off_and_the_others_get_in():
     assert control.check(_traces(8), 0, 0, "a").verdict is Verdict.ADMIT
     assert control.check(_traces(5, 100), 0, 0, "a").verdict is Verdict.ADMIT  # no pressure: nobody throttled
     busy = 600  # records queued: the budgets are more than half full
+    assert control.check(_traces(9, 400), 0, busy, "a").verdict is Verdict.ADMIT  # alone: nobody to be fair to
+    assert control.check(_traces(1, 500), 0, busy, "b").verdict is Verdict.ADMIT
     refused = control.check(_traces(5, 200), 0, busy, "a")
     assert refused.verdict is Verdict.FULL and "started more than 10 traces" in refused.reason
     assert control.check(_traces(5, 200), 0, busy, "b").verdict is Verdict.ADMIT  # another client is not locked out

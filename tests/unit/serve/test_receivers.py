@@ -569,7 +569,9 @@ def test_closed_pipeline(make_env):
     with pytest.raises(grpc.RpcError) as err:
         env.grpc_export(span_request())
     assert err.value.code() is grpc.StatusCode.UNAVAILABLE
-    assert env.metrics.get("wt_otel_records_rejected_total", reason="shutting_down") == 2
+    # refused before decoding: counted as requests, not records
+    assert env.metrics.get("wt_otel_requests_shed_total", reason="shutting_down") == 2
+    assert env.metrics.get("wt_otel_spans_received_total") == 0
     assert env.post("/healthz", b"", None, method="GET")[0] == 200  # the server itself still answers
 
 

@@ -53,6 +53,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
 from wt_otel.model.spans import LogRecord, Record, SpanRecord
+from wt_otel.serve.budget import DECODED_PER_WIRE_BYTE
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
 
@@ -310,6 +311,8 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
     `client` (the peer's address) keys the per-client session quota (`wt_otel.serve.budget`)."""
     if signal is Signal.METRICS:
         return drop_metrics(body, encoding, metrics)
+    if (refused := precheck(body, encoding, pipeline, metrics)) is not None:
+        return refused
     try:
         decoded = screened(signal, body, encoding, screen_of(pipeline))
     except MalformedRequest as e:
@@ -328,19 +331,43 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
     if admission is PipelineAdmission.ACCEPTED:
         metrics.inc("wt_otel_records_accepted_total", n)
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+    metrics.inc("wt_otel_records_rejected_total", n, reason=_REJECTED_REASON[admission])
+    return _refused(admission, reason, f"{n} records refused")
+
+
+# Why records were refused, by admission verdict (the `reason` label of wt_otel_records_rejected_total).
+_REJECTED_REASON = {PipelineAdmission.FULL: "queue_full", PipelineAdmission.TOO_LARGE: "batch_too_large",
+                    PipelineAdmission.UNAVAILABLE: "store_unavailable", PipelineAdmission.CLOSED: "shutting_down"}
+
+
+def _refused(admission: PipelineAdmission, reason: str, what: str) -> ExportResult:
+    """The answer to a refused request, `what` saying how much was refused."""
     if admission is PipelineAdmission.FULL:
-        metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
-        return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({n} records refused); "
+        return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({what}); "
                                           f"retry after {RETRY_AFTER_SECONDS}s")
     if admission is PipelineAdmission.TOO_LARGE:
-        metrics.inc("wt_otel_records_rejected_total", n, reason="batch_too_large")
-        return ExportResult(Outcome.TOO_LARGE, f"{reason} ({n} records refused)")
+        return ExportResult(Outcome.TOO_LARGE, f"{reason} ({what})")
     if admission is PipelineAdmission.UNAVAILABLE:
-        metrics.inc("wt_otel_records_rejected_total", n, reason="store_unavailable")
         return ExportResult(Outcome.UNAVAILABLE, f"wt-otel cannot write its data dir ({reason}); nothing was "
                                                  f"accepted, retry after {RETRY_AFTER_SECONDS}s")
-    metrics.inc("wt_otel_records_rejected_total", n, reason="shutting_down")
     return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
+
+
+def precheck(body: bytes | Message, encoding: Encoding, pipeline: Pipeline, metrics: Metrics) -> ExportResult | None:
+    """Refuse a request before decoding it when the pipeline could not take it anyway (the writer is
+    behind, the memory budget is spent, the store cannot write, shutting down); None: go on and decode.
+
+    Decoding is the receivers' main cost and holds the GIL; refusing after it, at overload, starved
+    the writer. Counted in `wt_otel_requests_shed_total` (the records are not known yet)."""
+    check = getattr(pipeline, "precheck", None)
+    if check is None:
+        return None
+    size = body.ByteSize() if isinstance(body, Message) else len(body)
+    admission, reason = check(int(size * DECODED_PER_WIRE_BYTE[encoding.value]))
+    if admission is PipelineAdmission.ACCEPTED:
+        return None
+    metrics.inc("wt_otel_requests_shed_total", reason=_REJECTED_REASON[admission])
+    return _refused(admission, reason, "refused before decoding")
 
 
 _POINT_FIELDS = {"gauge": "data_points", "sum": "data_points", "histogram": "data_points",
