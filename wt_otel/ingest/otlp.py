@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from google.protobuf.internal import api_implementation
@@ -38,6 +39,7 @@ __all__ = [
     "check_protobuf_backend",
     "logs_from_json",
     "logs_from_request",
+    "pb_attrs",
     "spans_from_json",
     "spans_from_request",
 ]
@@ -79,6 +81,9 @@ def _pb_attrs(kvs: Any) -> dict[str, Any]:
     return out
 
 
+pb_attrs = _pb_attrs  # KeyValues -> dict, for readers that convert only the keys they need
+
+
 def _kind(code: int) -> str:
     return _KINDS[code] if 0 <= code < len(_KINDS) else "INTERNAL"
 
@@ -95,14 +100,18 @@ def _pb_links(links: Any) -> list[Link]:
     return [Link(trace_id=k.trace_id.hex(), span_id=k.span_id.hex(), attributes=_pb_attrs(k.attributes)) for k in links]
 
 
-def spans_from_request(req: ExportTraceServiceRequest | TracesData) -> Iterator[SpanRecord]:
-    """Every span of a traces request, ids as lowercase hex, enums as names."""
+def spans_from_request(req: ExportTraceServiceRequest | TracesData,
+                       trace_ids: AbstractSet[bytes] | None = None) -> Iterator[SpanRecord]:
+    """Every span of a traces request (only those of `trace_ids`, raw ids, when given), ids as lowercase
+    hex, enums as names."""
     for rs in req.resource_spans:
         resource = _pb_attrs(rs.resource.attributes)
         for ss in rs.scope_spans:
             scope = ss.scope
             scope_name, scope_version = scope.name, scope.version
             for span in ss.spans:
+                if trace_ids is not None and span.trace_id not in trace_ids:
+                    continue
                 parent = span.parent_span_id
                 attrs, events, links = span.attributes, span.events, span.links
                 status = span.status
@@ -125,14 +134,18 @@ def spans_from_request(req: ExportTraceServiceRequest | TracesData) -> Iterator[
                 )
 
 
-def logs_from_request(req: ExportLogsServiceRequest | LogsData) -> Iterator[LogRecord]:
-    """Every log record of a logs request; empty trace/span ids become None."""
+def logs_from_request(req: ExportLogsServiceRequest | LogsData,
+                      trace_ids: AbstractSet[bytes] | None = None) -> Iterator[LogRecord]:
+    """Every log record of a logs request (only those of `trace_ids`, raw ids, when given); empty
+    trace/span ids become None."""
     for rl in req.resource_logs:
         resource = _pb_attrs(rl.resource.attributes)
         for sl in rl.scope_logs:
             scope_name = sl.scope.name
             for rec in sl.log_records:
                 trace_id, span_id = rec.trace_id, rec.span_id
+                if trace_ids is not None and trace_id not in trace_ids:
+                    continue
                 yield LogRecord(
                     event_name=rec.event_name if _HAS_EVENT_NAME else "",
                     trace_id=trace_id.hex() if trace_id else None,
