@@ -38,7 +38,7 @@ _SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when
 _STR, _INT, _BOOL, _NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "bool", "null"))
 
 
-class _Dumper(_SafeDumper):  # type: ignore[misc]
+class _Dumper(_SafeDumper):
     """The safe dumper, with the scalars of plain JSON types represented without the generic dispatch
     (the representer, not libyaml's emitter, was most of the cost): the same nodes, so the same bytes."""
 

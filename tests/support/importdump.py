@@ -140,7 +140,7 @@ class _Ids:
         return f"{self.rng.getrandbits(64) or 1:016x}"
 
 
-def _session(n: int, ids: _Ids, rng: random.Random) -> dict[str, list[SpanRecord | LogRecord]]:
+def _session(n: int, ids: _Ids, rng: random.Random, filler: int) -> dict[str, list[SpanRecord | LogRecord]]:
     """Records of session n by where they go: "main" (a.pb), "late" (b.pb), "json" (c.otlp.jsonl)."""
     t = T0 + n * 1_000_000_000
     named = n % 13 != 5
@@ -164,7 +164,8 @@ def _session(n: int, ids: _Ids, rng: random.Random) -> dict[str, list[SpanRecord
         spans: list[SpanRecord | LogRecord] = [SpanRecord(trace_id=trace, span_id=root, name="invoke_agent helper",
                                                           start_ns=start, end_ns=start + 90_000_000,
                                                           attributes=attrs, resource=resource)]
-        history.append(_msg("user", f"Turn {turn} of session {n}: where is order {rng.randint(1, 9999)}?"))
+        history.append(_msg("user", f"Turn {turn} of session {n}: where is order {rng.randint(1, 9999)}?"
+                                    + " Details follow." * (filler // 16)))
         calls = rng.randint(0, 2)
         for i in range(calls + 1):
             chat_id = ids.span()
@@ -224,8 +225,9 @@ def _session(n: int, ids: _Ids, rng: random.Random) -> dict[str, list[SpanRecord
     return out
 
 
-def write_dump(folder: Path, sessions: int = 1000, seed: int = 7) -> list[Path]:
-    """The three files (see the module docstring); returned in the order to import them."""
+def write_dump(folder: Path, sessions: int = 1000, seed: int = 7, filler: int = 0) -> list[Path]:
+    """The three files (see the module docstring); returned in the order to import them. `filler`: bytes
+    of text added to each user message (every chat span repeats them)."""
     rng = random.Random(seed)
     ids = _Ids(rng)
     main: list[Any] = []
@@ -233,7 +235,7 @@ def write_dump(folder: Path, sessions: int = 1000, seed: int = 7) -> list[Path]:
     jsonl: list[Any] = []
     window: list[list[Any]] = []
     for n in range(sessions):
-        parts = _session(n, ids, rng)
+        parts = _session(n, ids, rng, filler)
         window.append(parts["main"])
         late.extend(parts["late"])
         jsonl.extend(parts["json"])
@@ -254,7 +256,7 @@ def write_dump(folder: Path, sessions: int = 1000, seed: int = 7) -> list[Path]:
             lines.append(json_format.MessageToJson(traces_request(chunk), indent=None))
         if logs:
             lines.append(json_format.MessageToJson(logs_request(logs), indent=None))
-        if i == 30:
+        if i == 0:
             lines.append('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}')  # a corrupt line
     c.write_text("\n".join(lines) + "\n")
     return [a, b, c]

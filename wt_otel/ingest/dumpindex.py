@@ -45,7 +45,7 @@ class Group:
     index: int  # position in the output order (SessionGrouper's)
     traces: list[str]
     frames: list[int]  # indexes into DumpIndex.frames, ascending
-    spilled: bool  # some records are in the spill file
+    spilled: int  # bytes of its records in the spill file
     first: int  # arrival position of its first record: sessions that arrived together are read together
 
 
@@ -60,7 +60,7 @@ class DumpIndex:
         self._parent: dict[str, str] = {}  # union-find over trace ids and "conv:<id>" keys
         self._frames_of: dict[str, list[int]] = {}
         self._first: dict[str, int] = {}  # trace id -> arrival position of its first record
-        self._spilled: set[str] = set()
+        self._spilled: dict[str, int] = {}  # trace id -> bytes of its spilled records
         self.frames: list[Frame] = []
         self.records = 0  # every record read, with or without a trace id
 
@@ -114,8 +114,9 @@ class DumpIndex:
         if not trace_id:
             return
         self._see(trace_id, conversation_id(record.attributes), seq)
-        self._spilled.add(trace_id)
-        self._pending.append((seq, trace_id, pickle.dumps(record, pickle.HIGHEST_PROTOCOL)))
+        blob = pickle.dumps(record, pickle.HIGHEST_PROTOCOL)
+        self._spilled[trace_id] = self._spilled.get(trace_id, 0) + len(blob)
+        self._pending.append((seq, trace_id, blob))
         if len(self._pending) >= 5000:
             self._flush()
 
@@ -149,7 +150,7 @@ class DumpIndex:
         for index, root in enumerate(sorted(members)):
             traces = sorted(members[root])
             frames = sorted({f for t in traces for f in self._frames_of.get(t, ())})
-            out.append(Group(index, traces, frames, any(t in self._spilled for t in traces),
+            out.append(Group(index, traces, frames, sum(self._spilled.get(t, 0) for t in traces),
                              min(self._first[t] for t in traces)))
         return out
 

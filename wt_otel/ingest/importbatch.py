@@ -198,7 +198,7 @@ def _read(groups: list[Group], frames: dict[int, Frame], spill_path: str | None
             g = owner.get(record.trace_id or "")
             if g is not None:
                 keyed[g].append(((frame.seq, i), record))
-    spilled = [t for g in groups if g.spilled for t in g.traces]
+    spilled = [t for g in groups if g.spilled for t in g.traces]  # (only some of them were spilled)
     if spilled and spill_path:
         db = sqlite3.connect(f"file:{spill_path}?mode=ro", uri=True)
         try:

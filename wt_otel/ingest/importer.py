@@ -44,7 +44,7 @@ from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, 
 from wt_otel.model.session import Session, ToolExecution
 
 BATCH_SESSIONS = 200  # sessions per pass-2 batch: enough to read each message about once, few enough to spread
-BATCH_BYTES = 64 * 1024 * 1024  # ...and at most this much of their messages at a time (plus the largest session)
+BATCH_BYTES = 16 * 1024 * 1024  # ...and about this much of their records at a time (or the one session larger)
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
 
 
@@ -134,13 +134,15 @@ def import_dumps(
     flag_rules: FlagRules | None = None,
     jobs: int | None = None,
     batch_sessions: int = BATCH_SESSIONS,
+    batch_bytes: int = BATCH_BYTES,
 ) -> ImportReport:
     """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
     unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
     (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`.
 
     `jobs`: worker processes for building and rendering (default: the CPU count; 1 = in this process;
-    inputs of one batch, `batch_sessions` sessions, always run in this process)."""
+    an input of one batch always runs in this process). A batch is at most `batch_sessions` sessions
+    and, beyond its first session, `batch_bytes` of their records: a worker holds one batch at a time."""
     if not is_directory_sink(writer):
         return _import_serial(paths, writer, fmt, trace_ids, flagged_only, strict, progress, flag_rules)
     sink = cast(DirectorySink, writer)
@@ -184,7 +186,7 @@ def import_dumps(
         try:
             settings = Settings(sink, flag_rules, frozenset(t.lower() for t in trace_ids), flagged_only, staging,
                                 index.spill_path)
-            results = _pass2(groups, index.frames, settings, jobs, batch_sessions, progress)
+            results = _pass2(groups, index.frames, settings, jobs, batch_sessions, batch_bytes, progress)
             _write_in_order(report, sink, ready, groups, results, index.frames, settings, strict, progress)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -205,19 +207,20 @@ def _progress_records(progress: Callable[[str, int], None] | None, before: int, 
             progress("records", n)
 
 
-def _batches(groups: list[Group], frames: list[Frame], size: int) -> list[list[Group]]:
-    """Groups that arrived together, `size` at a time (fewer when their messages add up to much)."""
+def _batches(groups: list[Group], frames: list[Frame], size: int, max_bytes: int) -> list[list[Group]]:
+    """Groups that arrived together, `size` at a time (fewer when their records add up to `max_bytes`)."""
     out: list[list[Group]] = []
     batch: list[Group] = []
     seen: set[int] = set()
     nbytes = 0
     for group in sorted(groups, key=lambda g: (g.first, g.index)):
         batch.append(group)
+        nbytes += group.spilled
         for f in group.frames:
             if f not in seen:
                 seen.add(f)
                 nbytes += frames[f].length
-        if len(batch) >= size or nbytes >= BATCH_BYTES:
+        if len(batch) >= size or nbytes >= max_bytes:
             out.append(batch)
             batch, seen, nbytes = [], set(), 0
     if batch:
@@ -226,8 +229,8 @@ def _batches(groups: list[Group], frames: list[Frame], size: int) -> list[list[G
 
 
 def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: int | None, size: int,
-           progress: Callable[[str, int], None] | None) -> dict[int, GroupResult]:
-    batches = _batches(groups, frames, max(1, size))
+           max_bytes: int, progress: Callable[[str, int], None] | None) -> dict[int, GroupResult]:
+    batches = _batches(groups, frames, max(1, size), max_bytes)
     workers = min(jobs or os.cpu_count() or 1, len(batches))
     results: dict[int, GroupResult] = {}
     done = 0
