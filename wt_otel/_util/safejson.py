@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+import re
 from typing import Any
 
 import orjson
@@ -42,11 +44,24 @@ def dumps(data: Any, *, where: str = "", notes: list[str] | None = None, indent:
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})
+# A float in a pickle is "G" + 8 bytes big-endian IEEE 754: NaN and infinities have all exponent bits set.
+_ODD_FLOAT_PICKLED = re.compile(rb"G[\x7f\xff][\xf0-\xff]")
 
 
 def _has_float_oddity(data: Any) -> bool:
-    """Whether a NaN/inf float is anywhere in `data` (orjson would write null); iterative, depth-safe.
-    Exact types first (trace values are plain JSON types), subclasses as isinstance sees them."""
+    """Whether a NaN/inf float is anywhere in `data` (orjson would write null). The C pickler finds out
+    whether there can be one (a false alarm, bytes inside a string, only costs the walk); the walk,
+    iterative and depth-safe, decides."""
+    try:
+        if not _ODD_FLOAT_PICKLED.search(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)):
+            return False
+    except Exception:  # noqa: BLE001, S110 - unpicklable or too deep: the walk decides
+        pass
+    return _walk_for_odd_floats(data)
+
+
+def _walk_for_odd_floats(data: Any) -> bool:
+    """Exact types first (trace values are plain JSON types), subclasses as isinstance sees them."""
     stack = [data]
     while stack:
         x = stack.pop()
