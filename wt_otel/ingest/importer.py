@@ -143,9 +143,12 @@ def import_dumps(
     `jobs`: worker processes for building and rendering (default: the CPU count; 1 = in this process;
     an input of one batch always runs in this process). A batch is at most `batch_sessions` sessions
     and, beyond its first session, `batch_bytes` of their records: a worker holds one batch at a time."""
-    if not is_directory_sink(writer):
-        return _import_serial(paths, writer, fmt, trace_ids, flagged_only, strict, progress, flag_rules)
     sink = cast(DirectorySink, writer)
+    if not is_directory_sink(writer) or not _writable(sink.out):
+        # a sink that only writes, or an output folder that cannot be made: the single-process path reports
+        # that per session, as it always did
+        return _import_serial(paths, writer, fmt, trace_ids, flagged_only, strict, progress, flag_rules)
+    made_out = not sink.out.exists()
     report = ImportReport()
     ready: list[Session] = []
     with DumpIndex() as index:
@@ -190,7 +193,19 @@ def import_dumps(
             _write_in_order(report, sink, ready, groups, results, index.frames, settings, strict, progress)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            if made_out and not any(sink.out.iterdir()):  # nothing written: no folder, as before
+                sink.out.rmdir()
     return report
+
+
+def _writable(out: Path) -> bool:
+    """Whether `out` is, or can be made, a folder to stage in (tried without leaving anything behind)."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
 
 
 def _line_error(report: ImportReport, item: LineError, strict: bool) -> None:

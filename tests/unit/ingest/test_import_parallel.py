@@ -23,6 +23,7 @@ from wt_otel.exporters.scenario_dir import ScenarioDirWriter
 from wt_otel.ingest.dumps import read_dump
 from wt_otel.ingest.importer import ImportAborted, ImportReport, import_dumps
 from wt_otel.model.session import Session
+from wt_otel.model.spans import SpanRecord
 
 
 class WriteOnlySink:
@@ -182,3 +183,21 @@ def test_memory_follows_the_batch_not_the_dump(tmp_path):
     peaks = [_peak(paths, tmp_path / f"out{i}", batch_bytes=256 * 1024) for i, paths in enumerate((small, large))]
     assert peaks[1] < 1.5 * peaks[0], (peaks, sizes)
     assert peaks[1] < 0.75 * sizes[1], (peaks, sizes)
+
+
+def test_output_folder_problems_and_empty_inputs_match(tmp_path):
+    paths = write_dump(tmp_path / "dump", sessions=6, seed=2)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    ref = import_dumps(paths, WriteOnlySink(blocker / "out"))
+    new = import_dumps(paths, ScenarioDirWriter(blocker / "out"), jobs=2, batch_sessions=2)
+    assert view(new, blocker) == view(ref, blocker) and "not written: NotADirectoryError" in new.errors[-1]
+    # no GenAI session: the same reason, and no output folder left behind
+    http = SpanRecord(trace_id="ab" * 16, span_id="cd" * 8, name="GET /health", start_ns=1, end_ns=2,
+                      attributes={"http.request.method": "GET"})
+    dump = tmp_path / "http.pb"
+    dump.write_bytes(as_proto([http]))
+    ref = import_dumps([dump], WriteOnlySink(tmp_path / "ref"))
+    new = import_dumps([dump], ScenarioDirWriter(tmp_path / "new"), jobs=2)
+    assert new.why_none == ref.why_none and new.why_none and new.records == ref.records == 1
+    assert not (tmp_path / "new").exists() and not (tmp_path / "ref").exists()
