@@ -150,13 +150,18 @@ def test_strict_stops_before_writing_anything(tmp_path):
 
 def test_cli_jobs_output_and_exit_code(tmp_path):
     paths = [str(p) for p in write_dump(tmp_path / "dump", sessions=30, seed=9)]
+    config = tmp_path / "serve.yaml"  # the workers apply these rules, not the defaults
+    config.write_text('flagger:\n  rules:\n    - {name: slow-order, keys: ["gen_ai.tool.call.result"], match: regex, '
+                      'regex: "lost"}\n')
     runs = {}
     for jobs in ("1", "2"):
-        out = tmp_path / f"out{jobs}"
-        r = CliRunner().invoke(main, ["import", *paths, "--out", str(out), "--jobs", jobs])
-        runs[jobs] = (r.exit_code, r.output.replace(str(out), "OUT"))
-    assert runs["1"] == runs["2"]
-    assert runs["1"][0] == 1 and "c.otlp.jsonl:" in runs["1"][1] and "written" in runs["1"][1]
+        for extra in ([], ["--config", str(config), "--flagged-only"]):
+            out = tmp_path / f"out{jobs}{len(extra)}"
+            r = CliRunner().invoke(main, ["import", *paths, "--out", str(out), "--jobs", jobs, *extra])
+            runs[jobs, len(extra)] = (r.exit_code, r.output.replace(str(out), "OUT"))
+    assert runs["1", 0] == runs["2", 0] and runs["1", 3] == runs["2", 3]
+    assert runs["1", 0][0] == 1 and "c.otlp.jsonl:" in runs["1", 0][1] and "written" in runs["1", 0][1]
+    assert "not selected" in runs["2", 3][1] and runs["2", 3][1].count("wrote ") < runs["2", 0][1].count("wrote ")
     bad = CliRunner().invoke(main, ["import", *paths, "--out", str(tmp_path / "x"), "--jobs", "0"])
     assert bad.exit_code == 2 and "--jobs" in bad.output
 
