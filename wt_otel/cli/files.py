@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -174,7 +175,8 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
                 bar.update(task, description=f"{what}: {n:,}")
 
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
-                                  strict=strict, progress=progress, flag_rules=flag_rules, jobs=jobs)
+                                  strict=strict, progress=progress, flag_rules=flag_rules,
+                                  jobs=jobs or os.cpu_count() or 1)
     except ImportAborted as exc:
         click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
         ctx.exit(1)

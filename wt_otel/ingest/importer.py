@@ -132,7 +132,7 @@ def import_dumps(
     strict: bool = False,
     progress: Callable[[str, int], None] | None = None,
     flag_rules: FlagRules | None = None,
-    jobs: int | None = None,
+    jobs: int = 1,
     batch_sessions: int = BATCH_SESSIONS,
     batch_bytes: int = BATCH_BYTES,
 ) -> ImportReport:
@@ -140,9 +140,12 @@ def import_dumps(
     unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
     (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`.
 
-    `jobs`: worker processes for building and rendering (default: the CPU count; 1 = in this process;
-    an input of one batch always runs in this process). A batch is at most `batch_sessions` sessions
-    and, beyond its first session, `batch_bytes` of their records: a worker holds one batch at a time."""
+    `jobs`: worker processes for building and rendering (1, the default: in this process; an input of one
+    batch always runs in this process). Workers import the caller's `__main__` module, as every
+    multiprocessing start method but fork does: a script that passes `jobs` > 1 must guard its entry
+    point with `if __name__ == "__main__":` (`wt-otel import` defaults to the CPU count). A batch is at
+    most `batch_sessions` sessions and, beyond its first session, `batch_bytes` of their records: a
+    worker holds one batch at a time."""
     sink = cast(DirectorySink, writer)
     if not is_directory_sink(writer) or not _writable(sink.out):
         # a sink that only writes, or an output folder that cannot be made: the single-process path reports
@@ -243,10 +246,10 @@ def _batches(groups: list[Group], frames: list[Frame], size: int, max_bytes: int
     return out
 
 
-def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: int | None, size: int,
+def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: int, size: int,
            max_bytes: int, progress: Callable[[str, int], None] | None) -> dict[int, GroupResult]:
     batches = _batches(groups, frames, max(1, size), max_bytes)
-    workers = min(jobs or os.cpu_count() or 1, len(batches))
+    workers = min(jobs, len(batches))
     results: dict[int, GroupResult] = {}
     done = 0
 
