@@ -7,13 +7,14 @@ session (invoke_agent root, 4 chat spans with ~2 KB message attributes,
 
   (a) baseline: ParseFromString of every request + a walk over every
       attribute, json.loads of the message attributes;
-  (b) `wt-otel import` of the same dump (a subprocess; its peak RSS is read
-      from the OS).
+  (b) `wt-otel import` of the same dump (a subprocess, with its default
+      `--jobs`, the CPU count, unless --jobs is given; the peak RSS of its
+      main process is read from the OS).
 
 It prints spans/s of each and the ratio (b)/(a), for two dump sizes, so the
 peak RSS can be compared: it should follow the largest session, not the dump.
 
-    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR]
+    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR] [--jobs N]
 
 Scenario directories are written under --out-dir (default: a tmpfs, /dev/shm,
 when there is one): these machines share a noisy disk, and the figure of
@@ -126,15 +127,17 @@ def baseline(path: Path) -> float:
     return time.perf_counter() - t
 
 
-def run_import(path: Path, out: Path) -> tuple[float, int]:
-    """(seconds, peak RSS in MiB) of `wt-otel import` in a child process."""
+def run_import(path: Path, out: Path, jobs: int | None = None) -> tuple[float, int]:
+    """(seconds, peak RSS in MiB) of `wt-otel import` in a child process (the main process; each
+    worker holds one batch of sessions at a time)."""
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the parent's peak.
     code = ("import re, sys; from wt_otel.cli import main\n"
             "try:\n    main()\nfinally:\n"
             "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
             "    print('PEAK_RSS_KB', hwm, file=sys.stderr)\n")
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, "import", str(path), "--out", str(out), "--force"],
+    extra = ["--jobs", str(jobs)] if jobs else []
+    proc = subprocess.run([sys.executable, "-c", code, "import", str(path), "--out", str(out), "--force", *extra],
                           capture_output=True, text=True)
     elapsed = time.perf_counter() - t
     if proc.returncode != 0:
@@ -149,6 +152,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,2", help="dump sizes as multiples of --spans (default 1,2)")
     ap.add_argument("--out-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the dump and scenario dirs go (default /dev/shm when present)")
+    ap.add_argument("--jobs", type=int, default=None, help="wt-otel import --jobs (default: its own, the CPU count)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-", dir=args.out_dir))
     print(f"dump and output under {tmp}")
@@ -158,13 +162,13 @@ def main() -> None:
             dump = tmp / f"dump-{mult}.pb"
             n = write_dump(dump, args.spans * mult)
             base_s = baseline(dump)
-            imp_s, rss = run_import(dump, tmp / f"out-{mult}")
+            imp_s, rss = run_import(dump, tmp / f"out-{mult}", args.jobs)
             print(f"{n:>8} {n / base_s:>14,.0f} {n / imp_s:>12,.0f} {base_s / imp_s:>6.2f} {rss:>13} MiB",
                   flush=True)
             shutil.rmtree(tmp / f"out-{mult}", ignore_errors=True)
             dump.unlink()
         print(f"(bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB; "
-              f"cpu count {os.cpu_count()})")
+              f"cpu count {os.cpu_count()}; import --jobs {args.jobs or 'default'})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

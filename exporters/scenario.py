@@ -8,6 +8,7 @@ only ASCII JSON-escaped names, so no newline can escape a comment.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -33,14 +34,40 @@ def observed_tools(session: Session) -> list[str]:
     return [n for n in dict.fromkeys(names) if n]
 
 
+_SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: ~20x faster
+_STR, _INT, _BOOL, _NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "bool", "null"))
+
+
+class _Dumper(_SafeDumper):
+    """The safe dumper, with the scalars of plain JSON types represented without the generic dispatch
+    (the representer, not libyaml's emitter, was most of the cost): the same nodes, so the same bytes."""
+
+    def represent_data(self, data: Any) -> Any:
+        kind = type(data)
+        if kind is str:
+            return yaml.ScalarNode(_STR, data)
+        if kind is bool:
+            return yaml.ScalarNode(_BOOL, "true" if data else "false")
+        if kind is int:
+            return yaml.ScalarNode(_INT, str(data))
+        if data is None:
+            return yaml.ScalarNode(_NULL, "null")
+        return super().represent_data(data)
+
+
 def _yaml(data: dict[str, Any]) -> str:
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: ~20x faster
     try:
-        return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
     except (UnicodeEncodeError, RecursionError, yaml.YAMLError):
         # trace text the emitter refuses (lone surrogates, deep nesting): the same values, kept as text
         clean = safejson.sanitize(data)
-        return yaml.dump(clean, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+        return yaml.dump(clean, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+
+
+@functools.cache
+def _tail_yaml() -> str:
+    """The part of every scenario.yaml that no session changes, emitted once."""
+    return _yaml({"assertions": [], "fixtures": dict(FIXTURES), "scorer": "scorer.py", "runs": 1})
 
 
 def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True, auto_replay: bool = False) -> str:
@@ -62,7 +89,6 @@ def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = Tru
         "user_turns": session.user_turns or ["TODO: the user's request was not captured; write it here"],
         "requires_tool_use": bool(tools),
     }
-    tail = {"assertions": [], "fixtures": dict(FIXTURES), "scorer": "scorer.py", "runs": 1}
     lines = [
         "# Scenario skeleton written by wt-otel serve for an automatic replay (not reviewed by anyone):"
         if auto_replay else "# Scenario skeleton written by wt-otel import. Review it before committing:",
@@ -74,7 +100,7 @@ def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = Tru
         lines.append("# must_call:")
         lines.extend(f"#   - {json.dumps(t, ensure_ascii=True)}" for t in tools)
     lines.append("# TODO assertions: tool-sequence, tool-arguments, output, policy (see README).")
-    lines.append(_yaml(tail))
+    lines.append(_tail_yaml())
     return "\n".join(lines) + "\n"
 
 

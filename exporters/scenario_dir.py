@@ -78,11 +78,18 @@ class ScenarioDirWriter:
     def write(self, session: Session, slug: str, unreviewed: bool = True,
               outcome_scorers: list[str] | None = None) -> Path:
         dest = self.out / slug
+        write_directory(dest, self.files(session, slug, unreviewed, outcome_scorers), force=self.force)
+        return dest
+
+    def files(self, session: Session, slug: str, unreviewed: bool = True,
+              outcome_scorers: list[str] | None = None) -> dict[str, str | bytes]:
+        """What `write` puts in `<out>/<slug>/` (with --force, the cassette already there plus this run):
+        `wt-otel import` renders in worker processes and moves the directories into place itself."""
         files = render(session, slug, unreviewed, outcome_scorers)
         if self.force:
+            dest = self.out / slug
             files[FIXTURES["cassette"]] = appended_cassette(dest / FIXTURES["cassette"], files[FIXTURES["cassette"]])
-        write_directory(dest, files, force=self.force)
-        return dest
+        return files
 
 
 def appended_cassette(existing: Path, new: str | bytes) -> str | bytes:

@@ -90,17 +90,30 @@ def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = Fal
                     os.fsync(f.fileno())
         if durable:
             fsync_dir(tmp)
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-            os.rename(dest, old / "d")
-            os.rename(tmp, dest)
-            if durable:
-                fsync_dir(dest.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
-            if durable:
-                fsync_dir(dest.parent)
+        _into_place(tmp, dest, durable)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def place_directory(src: Path, dest: Path, force: bool = False) -> None:
+    """Move the finished directory `src` (on the same file system) to `dest` atomically, with
+    `write_directory`'s rules: an existing `dest` is replaced only with `force`."""
+    if dest.exists() and not force:
+        raise DirectoryExists(f"{dest} already exists (use --force to replace it)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _into_place(src, dest, durable=False)
+
+
+def _into_place(tmp: Path, dest: Path, durable: bool) -> None:
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+        os.rename(dest, old / "d")
+        os.rename(tmp, dest)
+        if durable:
+            fsync_dir(dest.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, dest)
+        if durable:
+            fsync_dir(dest.parent)

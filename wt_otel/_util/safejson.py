@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+import re
 from typing import Any
 
 import orjson
@@ -27,11 +29,13 @@ def dumps(data: Any, *, where: str = "", notes: list[str] | None = None, indent:
 
     `notes` receives one line per value that had to be kept as text."""
     option = (orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE) if indent else 0
-    if not _has_float_oddity(data):
-        try:
-            return orjson.dumps(data, option=option, default=str)
-        except (orjson.JSONEncodeError, TypeError, RecursionError):
-            pass
+    try:
+        out = orjson.dumps(data, option=option, default=str)
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        out = None
+    # orjson writes NaN and infinities as null: without a null in the output there was none to look for
+    if out is not None and (b"null" not in out or not _has_float_oddity(data)):
+        return out
     found: list[str] = []
     clean = sanitize(data, where, found)
     if notes is not None:
@@ -39,18 +43,52 @@ def dumps(data: Any, *, where: str = "", notes: list[str] | None = None, indent:
     return orjson.dumps(clean, option=option, default=str)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+# A float in a pickle is "G" + 8 bytes big-endian IEEE 754: NaN and infinities have all exponent bits set.
+_ODD_FLOAT_PICKLED = re.compile(rb"G[\x7f\xff][\xf0-\xff]")
+
+
 def _has_float_oddity(data: Any) -> bool:
-    """Whether a NaN/inf float is anywhere in `data` (orjson would write null); iterative, depth-safe."""
+    """Whether a NaN/inf float is anywhere in `data` (orjson would write null). The C pickler finds out
+    whether there can be one (a false alarm, bytes inside a string, only costs the walk); the walk,
+    iterative and depth-safe, decides."""
+    try:
+        if not _ODD_FLOAT_PICKLED.search(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)):
+            return False
+    except Exception:  # noqa: BLE001, S110 - unpicklable or too deep: the walk decides
+        pass
+    return _walk_for_odd_floats(data)
+
+
+def _walk_for_odd_floats(data: Any) -> bool:
+    """Exact types first (trace values are plain JSON types), subclasses as isinstance sees them."""
     stack = [data]
     while stack:
         x = stack.pop()
-        if isinstance(x, float):
+        kind = type(x)
+        if kind is dict:
+            values: Any = x.values()
+        elif kind is list or kind is tuple:
+            values = x
+        elif isinstance(x, float):
             if not math.isfinite(x):
                 return True
+            continue
         elif isinstance(x, dict):
-            stack.extend(x.values())
+            values = x.values()
         elif isinstance(x, list | tuple):
-            stack.extend(x)
+            values = x
+        else:
+            continue
+        for v in values:
+            kind = type(v)
+            if kind in _PLAIN:
+                continue
+            if kind is float:
+                if not math.isfinite(v):
+                    return True
+            else:
+                stack.append(v)
     return False
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -126,9 +127,12 @@ def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
               help="wt-otel serve's YAML config: its `flagger:` section decides what is an incident, as in serve.")
 @click.option("--strict", is_flag=True,
               help="Stop at the first corrupt input or session warning, before writing anything.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes that build and write sessions (default: the CPU count; 1: none).")
 @click.pass_context
 def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, force: bool,
-            trace_ids: tuple[str, ...], flagged_only: bool, config_path: Path | None, strict: bool) -> None:
+            trace_ids: tuple[str, ...], flagged_only: bool, config_path: Path | None, strict: bool,
+            jobs: int | None) -> None:
     """Turn telemetry dumps into scenario directories, one per agent session.
 
     \b
@@ -171,7 +175,8 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
                 bar.update(task, description=f"{what}: {n:,}")
 
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
-                                  strict=strict, progress=progress, flag_rules=flag_rules)
+                                  strict=strict, progress=progress, flag_rules=flag_rules,
+                                  jobs=jobs or os.cpu_count() or 1)
     except ImportAborted as exc:
         click.echo(f"error: {exc} (--strict: nothing was written)", err=True)
         ctx.exit(1)

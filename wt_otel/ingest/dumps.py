@@ -27,7 +27,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from wt_otel.contracts.formats import ENVELOPE
-from wt_otel.ingest.otlp import logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.ingest.dialects.common import conversation_id
+from wt_otel.ingest.keys import CONVERSATION_KEYS
+from wt_otel.ingest.otlp import logs_from_json, logs_from_request, pb_attrs, spans_from_json, spans_from_request
 from wt_otel.model.spans import STATUS_ERROR, Event, LogRecord, SpanRecord
 
 __all__ = [
@@ -39,7 +41,11 @@ __all__ = [
     "detect_format",
     "iso_to_ns",
     "otlp_document",
+    "proto_frames",
     "read_dump",
+    "read_frame",
+    "read_proto_frames",
+    "scan_message",
     "sdk_span_id",
     "sdk_trace_id",
 ]
@@ -280,7 +286,7 @@ def read_dump(
     return _guarded(path, readers[fmt])
 
 
-def _guarded(path: str, reader: Any) -> Iterator[Item]:
+def _guarded(path: str, reader: Any) -> Iterator[Any]:
     fh = _open(path)
     try:
         yield from reader(fh)
@@ -690,6 +696,11 @@ class _GenericLines:
 # --------------------------------------------------------------------------- OTLP protobuf
 
 
+_NOT_OTLP = ("not an OTLP ExportTraceServiceRequest or ExportLogsServiceRequest "
+             "(protobuf decoding failed or spans lack valid ids)")
+_CONVERSATION_KEYS = frozenset(CONVERSATION_KEYS)
+
+
 def _parse(request: _Request, data: bytes) -> _Request | None:
     """`request` filled from `data`, or None when the bytes are not that message."""
     try:
@@ -719,10 +730,77 @@ def _decode_message(data: bytes) -> list[SpanRecord] | list[LogRecord]:
             return records
     if traces is not None and not traces.resource_spans:
         return []
-    raise ValueError(
-        "not an OTLP ExportTraceServiceRequest or ExportLogsServiceRequest "
-        "(protobuf decoding failed or spans lack valid ids)"
-    )
+    raise ValueError(_NOT_OTLP)
+
+
+def scan_message(data: bytes) -> tuple[bool, int, list[tuple[str, str | None]]]:
+    """What pass 1 of `wt-otel import` needs from one serialized OTLP request, without building records:
+    (logs?, how many records `_decode_message` would return, (trace id, conversation id) of each record
+    that has a trace id). Traces or logs are told apart by `_decode_message`'s rules, and a message it
+    refuses raises its ValueError."""
+    traces = _parse(ExportTraceServiceRequest(), data)
+    if traces is not None:
+        found = _scan_spans(traces)
+        if found:
+            return False, len(found), found
+    logs = _parse(ExportLogsServiceRequest(), data)
+    if logs is not None:
+        count, found = 0, []
+        for rl in logs.resource_logs:
+            for sl in rl.scope_logs:
+                for rec in sl.log_records:
+                    count += 1
+                    if rec.trace_id:
+                        found.append((rec.trace_id.hex(), _conversation(rec.attributes)))
+        if count:
+            return True, count, found
+    if traces is not None and not traces.resource_spans:
+        return False, 0, []
+    raise ValueError(_NOT_OTLP)
+
+
+def _scan_spans(req: ExportTraceServiceRequest) -> list[tuple[str, str | None]]:
+    """(trace id, conversation id) per span; empty unless every span has 16/8-byte ids (as `_decode_message`)."""
+    found = []
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                trace_id = span.trace_id
+                if len(trace_id) != 16 or len(span.span_id) != 8:
+                    return []
+                found.append((trace_id.hex(), _conversation(span.attributes)))
+    return found
+
+
+def _conversation(attributes: Any) -> str | None:
+    """`conversation_id` of the attributes, converting only the values of the keys it reads."""
+    keys = _CONVERSATION_KEYS
+    hits = [kv for kv in attributes if kv.key in keys]
+    return conversation_id(pb_attrs(hits)) if hits else None
+
+
+def read_proto_frames(path: str | os.PathLike[str], *, max_record_bytes: int = MAX_RECORD_BYTES
+                      ) -> Iterator[tuple[int, int, bytes] | LineError] | None:
+    """`proto_frames` of an uncompressed protobuf dump, read errors raised as `read_dump` raises them;
+    None for a gzip file (its offsets cannot be read back)."""
+    path = os.fspath(path)
+    fh = _open(path)
+    gz = isinstance(fh, gzip.GzipFile)
+    _close(fh)
+    if gz:
+        return None
+    return cast(Iterator[tuple[int, int, bytes] | LineError],
+                _guarded(path, lambda f: proto_frames(path, f, max_record_bytes)))
+
+
+def read_frame(path: str, offset: int, length: int) -> bytes:
+    """The bytes of one message `proto_frames` found (pass 2 of an import reads them again)."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(length)
+    if len(data) != length:
+        raise DumpReadError(f"{path}: changed during the import (the message at byte {offset} is gone)")
+    return data
 
 
 def _is_framed(fh: IO[bytes], max_bytes: int) -> bool:
@@ -754,14 +832,27 @@ def _is_framed(fh: IO[bytes], max_bytes: int) -> bool:
 
 
 def _read_proto(path: str, fh: IO[bytes], max_bytes: int) -> Iterator[Item]:
+    for frame in proto_frames(path, fh, max_bytes):
+        if isinstance(frame, LineError):
+            yield frame
+        else:
+            yield from _decoded(path, frame[0], frame[2])
+
+
+def proto_frames(path: str, fh: IO[bytes], max_bytes: int = MAX_RECORD_BYTES
+                 ) -> Iterator[tuple[int, int, bytes] | LineError]:
+    """(1-based message index, offset of its bytes in the stream, bytes) per OTLP message of a protobuf
+    dump (one bare message, or the collector's length-prefixed stream), a `LineError` for a broken one.
+
+    `wt-otel import` keeps only the offsets of uncompressed files and reads the bytes again later."""
     if not _is_framed(fh, max_bytes):
         data = fh.read(max_bytes + 1)
         if len(data) > max_bytes:
             yield LineError(path, 1, f"protobuf message larger than {max_bytes} bytes; skipped")
             return
-        yield from _decoded(path, 1, data)
+        yield 1, 0, data
         return
-    index = 0
+    index = offset = 0
     while True:
         header = fh.read(4)
         if not header:
@@ -771,16 +862,19 @@ def _read_proto(path: str, fh: IO[bytes], max_bytes: int) -> Iterator[Item]:
             yield LineError(path, index, "truncated length prefix at end of stream")
             return
         n = int.from_bytes(header, "big")
+        offset += 4
         if n > max_bytes:
             yield LineError(path, index, f"protobuf message of {n} bytes exceeds {max_bytes}; skipped")
             if not _skip(fh, n):
                 return
+            offset += n
             continue
         data = fh.read(n)
         if len(data) < n:
             yield LineError(path, index, f"truncated message: length prefix says {n} bytes, {len(data)} left")
             return
-        yield from _decoded(path, index, data)
+        yield index, offset, data
+        offset += n
 
 
 def _decoded(path: str, index: int, data: bytes) -> list[Item]:

@@ -1,27 +1,50 @@
 """`wt-otel import`: dump files in, one scenario directory per session out.
 
-Reading comes first and completely (records spill to disk, see
-`SessionGrouper`), writing second: with `strict`, a corrupt input aborts
-before anything is written. Each scenario directory appears atomically, so a
-failure leaves whole scenarios or none.
+Reading comes first and completely, writing second: with `strict`, a corrupt
+input aborts before anything is written. Each scenario directory appears
+atomically, so a failure leaves whole scenarios or none.
+
+Two passes (docs/architecture.md, "import"): pass 1 (`dumpindex`) reads every
+dump once and keeps only which records make up which session and where they
+are; pass 2 (`importbatch`) builds, renders and stages the sessions in batches,
+in `jobs` worker processes; then, in output order, each session gets its slug
+and its staged directory is moved into place. The files are byte for byte
+what the single-process import writes (`_import_serial`, still used for sinks
+that only have `write()`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from wt_otel._util.fsutil import DirectoryExists, unique_slug
+from wt_otel._util.fsutil import DirectoryExists, place_directory, unique_slug
 from wt_otel.ingest.diagnostics import explain_group
-from wt_otel.ingest.dumps import LineError, detect_format, read_dump
+from wt_otel.ingest.dumpindex import DumpIndex, Frame, Group
+from wt_otel.ingest.dumps import LineError, detect_format, read_dump, read_proto_frames, scan_message
 from wt_otel.ingest.flags import FlagRules
+from wt_otel.ingest.importbatch import (
+    MAX_REASONS,
+    DirectorySink,
+    GroupResult,
+    Settings,
+    init_worker,
+    is_directory_sink,
+    later_incidents,
+    run_batch,
+    run_batch_in_worker,
+)
 from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations, witnessed
 from wt_otel.model.session import Session, ToolExecution
 
+BATCH_SESSIONS = 200  # sessions per pass-2 batch: enough to read each message about once, few enough to spread
+BATCH_BYTES = 16 * 1024 * 1024  # ...and about this much of their records at a time (or the one session larger)
 FORMATS = ("auto", "otlp-json", "otlp-proto", "agents-jsonl", "generic-jsonl", "jaeger-json", "wtin")
 
 
@@ -100,16 +123,6 @@ def _envelope_sessions(path: Path, report: ImportReport) -> Iterator[Session]:
     yield session_from_envelope(data, path.name.removesuffix(".json").removesuffix(".wtin"))
 
 
-def later_incidents(session: Session) -> Iterator[Session]:
-    """One conversation flagged several times (each trace with its own incident id): every id after the first
-    is a session of its own (key `<key>+<id>`), so each incident becomes its own scenario."""
-    for ref in session.flag_refs:
-        if ref != session.flag_ref:
-            yield dataclasses.replace(session, key=f"{session.key}+{ref}", flag_ref=ref, flag_refs=[ref],
-                                      flag_reason=f"{session.flag_reason} (a later incident, {ref}, in the "
-                                                  f"conversation of {session.flag_ref})")
-
-
 def import_dumps(
     paths: list[Path],
     writer: SessionWriter,
@@ -119,10 +132,257 @@ def import_dumps(
     strict: bool = False,
     progress: Callable[[str, int], None] | None = None,
     flag_rules: FlagRules | None = None,
+    jobs: int = 1,
+    batch_sessions: int = BATCH_SESSIONS,
+    batch_bytes: int = BATCH_BYTES,
 ) -> ImportReport:
     """Read every dump, assemble sessions, write the selected ones. Never raises on bad input
     unless `strict` (then `ImportAborted`, before any write). Incidents are what `flag_rules` say
-    (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`."""
+    (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`.
+
+    `jobs`: worker processes for building and rendering (1, the default: in this process; an input of one
+    batch always runs in this process). Workers import the caller's `__main__` module, as every
+    multiprocessing start method but fork does: a script that passes `jobs` > 1 must guard its entry
+    point with `if __name__ == "__main__":` (`wt-otel import` defaults to the CPU count). A batch is at
+    most `batch_sessions` sessions and, beyond its first session, `batch_bytes` of their records: a
+    worker holds one batch at a time."""
+    sink = cast(DirectorySink, writer)
+    if not is_directory_sink(writer) or not _writable(sink.out):
+        # a sink that only writes, or an output folder that cannot be made: the single-process path reports
+        # that per session, as it always did
+        return _import_serial(paths, writer, fmt, trace_ids, flagged_only, strict, progress, flag_rules)
+    made_out = not sink.out.exists()
+    report = ImportReport()
+    ready: list[Session] = []
+    with DumpIndex() as index:
+        for path in paths:
+            kind = detect_format(path) if fmt == "auto" else fmt
+            if kind == "wtin":
+                before = len(report.errors)
+                ready.extend(_envelope_sessions(path, report))
+                if strict and len(report.errors) > before:
+                    raise ImportAborted(report.errors[before])
+                continue
+            frames = read_proto_frames(path) if kind == "otlp-proto" else None
+            if frames is None:
+                for item in read_dump(path, kind):
+                    if isinstance(item, LineError):
+                        _line_error(report, item, strict)
+                        continue
+                    index.add_record(item)
+                    _progress_records(progress, index.records - 1, index.records)
+                continue
+            for frame in frames:
+                if isinstance(frame, LineError):
+                    _line_error(report, frame, strict)
+                    continue
+                number, offset, data = frame
+                try:
+                    logs, count, found = scan_message(data)
+                except ValueError as e:
+                    _line_error(report, LineError(os.fspath(path), number, str(e)), strict)
+                    continue
+                before_records = index.records
+                index.add_frame(os.fspath(path), offset, len(data), logs, count, found)
+                _progress_records(progress, before_records, index.records)
+        report.records = index.records
+        groups = index.groups()
+        sink.out.mkdir(parents=True, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".wt-import-", dir=sink.out)
+        try:
+            settings = Settings(sink, flag_rules, frozenset(t.lower() for t in trace_ids), flagged_only, staging,
+                                index.spill_path)
+            results = _pass2(groups, index.frames, settings, jobs, batch_sessions, batch_bytes, progress)
+            _write_in_order(report, sink, ready, groups, results, index.frames, settings, strict, progress)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            if made_out and not any(sink.out.iterdir()):  # nothing written: no folder, as before
+                sink.out.rmdir()
+    return report
+
+
+def _writable(out: Path) -> bool:
+    """Whether `out` is, or can be made, a folder to stage in (tried without leaving anything behind)."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def _line_error(report: ImportReport, item: LineError, strict: bool) -> None:
+    msg = f"{item.path}:{item.line}: {item.message}"
+    if strict:
+        raise ImportAborted(msg)
+    report.errors.append(msg)
+
+
+def _progress_records(progress: Callable[[str, int], None] | None, before: int, after: int) -> None:
+    """Every 10,000th record, as the record-by-record loop reported them."""
+    if progress:
+        for n in range((before // 10000 + 1) * 10000, after + 1, 10000):
+            progress("records", n)
+
+
+def _batches(groups: list[Group], frames: list[Frame], size: int, max_bytes: int) -> list[list[Group]]:
+    """Groups that arrived together, `size` at a time (fewer when their records add up to `max_bytes`)."""
+    out: list[list[Group]] = []
+    batch: list[Group] = []
+    seen: set[int] = set()
+    nbytes = 0
+    for group in sorted(groups, key=lambda g: (g.first, g.index)):
+        batch.append(group)
+        nbytes += group.spilled
+        for f in group.frames:
+            if f not in seen:
+                seen.add(f)
+                nbytes += frames[f].length
+        if len(batch) >= size or nbytes >= max_bytes:
+            out.append(batch)
+            batch, seen, nbytes = [], set(), 0
+    if batch:
+        out.append(batch)
+    return out
+
+
+def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: int, size: int,
+           max_bytes: int, progress: Callable[[str, int], None] | None) -> dict[int, GroupResult]:
+    batches = _batches(groups, frames, max(1, size), max_bytes)
+    workers = min(jobs, len(batches))
+    results: dict[int, GroupResult] = {}
+    done = 0
+
+    def collect(found: list[GroupResult]) -> None:
+        nonlocal done
+        for r in found:
+            results[r.index] = r
+            done += len(r.sessions)
+        if progress:
+            progress("sessions", done)
+
+    def frames_of(batch: list[Group]) -> dict[int, Frame]:
+        return {f: frames[f] for g in batch for f in g.frames}
+
+    if workers <= 1:
+        for batch in batches:
+            collect(run_batch(batch, frames_of(batch), settings))
+        return results
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # forkserver: no fork of this process (its threads: the progress display); the server imports the
+    # pass-2 modules once, so every worker starts warm.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["wt_otel.ingest.importbatch", type(settings.writer).__module__])
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(settings,)) as pool:
+        futures = [pool.submit(run_batch_in_worker, batch, frames_of(batch)) for batch in batches]
+        try:
+            for future in as_completed(futures):
+                collect(future.result())
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return results
+
+
+def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Session], groups: list[Group],
+                    results: dict[int, GroupResult], frames: list[Frame], settings: Settings, strict: bool,
+                    progress: Callable[[str, int], None] | None) -> None:
+    """The single-process loop's slugs, errors, warnings and counts, in its order; staged directories
+    move into place, sessions that pass 2 could not finish (joined continuations, envelopes, a slug
+    another session took) are rendered here."""
+    taken: set[str] = set()
+    reasons: list[tuple[int, str]] = []
+    ordered = [results[g.index] for g in groups]
+    unnamed = [r.unnamed for r in ordered if r.unnamed is not None]
+    for r in ordered:
+        report.empty += r.empty
+        if r.reason is not None and len(reasons) < MAX_REASONS:
+            reasons.append(r.reason)
+    joined = [x for s in merge_continuations(unnamed) for x in (s, *later_incidents(s))]
+    direct = [x for s in ready for x in (s, *later_incidents(s))]
+
+    def build_errors(r: GroupResult) -> None:
+        if r.error is not None:
+            report.errors.append(r.error)
+
+    if strict:  # every warning is fatal: judge all sessions before writing any
+        for r in ordered:
+            build_errors(r)
+        warned = [f"session {s.key}: {w}" for s in direct for w in s.warnings]
+        warned += [f"session {st.key}: {w}" for r in ordered for st in r.sessions
+                   for w in st.warnings[:st.strict_warnings]]
+        warned += [f"session {s.key}: {w}" for s in joined for w in s.warnings]
+        if warned:
+            raise ImportAborted(f"{len(warned)} warning(s), e.g. {warned[0]}")
+
+    def write_direct(session: Session) -> None:
+        report.sessions += 1
+        report.warnings.extend(f"{session.flag_ref or session.conversation_id or session.key}: {w}"
+                               for w in session.warnings)
+        if (settings.wanted and not settings.wanted & {t.lower() for t in session.trace_ids}) or (
+                settings.flagged_only and not session.flagged):
+            report.skipped += 1
+            return
+        slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, taken)
+        try:
+            report.written.append(sink.write(session, slug))  # type: ignore[attr-defined]
+        except DirectoryExists as e:
+            report.errors.append(str(e))
+        except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
+            report.errors.append(f"session {session.key}: not written: {type(e).__name__}: {e}")
+        if progress:
+            progress("sessions", len(report.written))
+
+    for session in direct:
+        write_direct(session)
+    by_index = {g.index: g for g in groups}
+    for r in ordered:
+        if not strict:
+            build_errors(r)
+        for number, item in enumerate(r.sessions):
+            report.sessions += 1
+            report.warnings.extend(f"{item.name}: {w}" for w in item.warnings)
+            if not item.selected:
+                report.skipped += 1
+                continue
+            slug = unique_slug(item.name, item.key, taken)
+            if slug != item.slug and item.error is None:  # another session took its slug: render it again
+                group = by_index[r.index]
+                again = run_batch([group], {f: frames[f] for f in group.frames}, settings, {(r.index, number): slug})
+                item = again[0].sessions[number]
+            if item.error is not None:
+                report.errors.append(item.error)
+            else:
+                dest = sink.out / slug
+                try:
+                    place_directory(Path(cast(str, item.staged)), dest, force=sink.force)
+                    report.written.append(dest)
+                except DirectoryExists as e:
+                    report.errors.append(str(e))
+                except Exception as e:  # noqa: BLE001 - one bad session must not sink the others
+                    report.errors.append(f"session {item.key}: not written: {type(e).__name__}: {e}")
+            if progress:
+                progress("sessions", len(report.written))
+    for session in joined:
+        write_direct(session)
+    if report.found_nothing and not ready:
+        report.why_none = (max(reasons)[1] if reasons else "the input holds no spans")
+
+
+def _import_serial(
+    paths: list[Path],
+    writer: SessionWriter,
+    fmt: str = "auto",
+    trace_ids: tuple[str, ...] = (),
+    flagged_only: bool = False,
+    strict: bool = False,
+    progress: Callable[[str, int], None] | None = None,
+    flag_rules: FlagRules | None = None,
+) -> ImportReport:
+    """`import_dumps` in one process, through `SessionGrouper`'s spill: for sinks that only `write()`."""
     report = ImportReport()
     wanted = {t.lower() for t in trace_ids}
     ready: list[Session] = []

@@ -550,6 +550,7 @@ def _canon(value: Any) -> bytes:
 
 _recent: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
 _RECENT_SIZE = 64
+_heads: dict[str, str] = {}  # a remembered text without its closing "]", sliced once (not per comparison)
 _MIN_MEMO = 256  # shorter texts are cheaper to decode than to look up
 
 
@@ -571,7 +572,7 @@ def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | N
     tail = text
     for (role, seen), messages in reversed(_recent.items()):
         n = len(seen)
-        if role == default_role and n < len(text) and text[n - 1] == "," and text.startswith(seen[:-1]):
+        if role == default_role and n < len(text) and text[n - 1] == "," and text.startswith(_heads[seen]):
             head, tail = messages, "[" + text[n:]
             break
     data, ok = decode_json(tail)
@@ -581,8 +582,11 @@ def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | N
         return None
     out = head + [m for item in _flatten(data) for m in _messages_from(item, default_role)]
     _recent[(default_role, text)] = out
+    _heads[text] = text[:-1]
     if len(_recent) > _RECENT_SIZE:
-        _recent.popitem(last=False)
+        (_, gone), _ = _recent.popitem(last=False)
+        if not any(seen == gone for _, seen in _recent):
+            _heads.pop(gone, None)
     return _copy(out)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from google.protobuf.internal import api_implementation
@@ -38,6 +39,7 @@ __all__ = [
     "check_protobuf_backend",
     "logs_from_json",
     "logs_from_request",
+    "pb_attrs",
     "spans_from_json",
     "spans_from_request",
 ]
@@ -79,6 +81,9 @@ def _pb_attrs(kvs: Any) -> dict[str, Any]:
     return out
 
 
+pb_attrs = _pb_attrs  # KeyValues -> dict, for readers that convert only the keys they need
+
+
 def _kind(code: int) -> str:
     return _KINDS[code] if 0 <= code < len(_KINDS) else "INTERNAL"
 
@@ -96,11 +101,13 @@ def _pb_links(links: Any) -> list[Link]:
 
 
 def spans_from_request(req: ExportTraceServiceRequest | TracesData,
-                       keep: Sequence[bool] | None = None) -> Iterator[SpanRecord]:
+                       keep: Sequence[bool] | None = None,
+                       trace_ids: AbstractSet[bytes] | None = None) -> Iterator[SpanRecord]:
     """Every span of a traces request, ids as lowercase hex, enums as names.
 
     `keep` (one flag per span, in request order, as the span index gives them): convert only those
-    spans; the others are skipped before any of their attributes is read."""
+    spans; the others are skipped before any of their attributes is read. `trace_ids` (raw ids): only
+    the spans of those traces (the importer's workers)."""
     n = -1
     for rs in req.resource_spans:
         resource = _pb_attrs(rs.resource.attributes)
@@ -112,6 +119,8 @@ def spans_from_request(req: ExportTraceServiceRequest | TracesData,
                     n += 1
                     if not keep[n]:
                         continue
+                if trace_ids is not None and span.trace_id not in trace_ids:
+                    continue
                 parent = span.parent_span_id
                 attrs, events, links = span.attributes, span.events, span.links
                 status = span.status
@@ -134,14 +143,18 @@ def spans_from_request(req: ExportTraceServiceRequest | TracesData,
                 )
 
 
-def logs_from_request(req: ExportLogsServiceRequest | LogsData) -> Iterator[LogRecord]:
-    """Every log record of a logs request; empty trace/span ids become None."""
+def logs_from_request(req: ExportLogsServiceRequest | LogsData,
+                      trace_ids: AbstractSet[bytes] | None = None) -> Iterator[LogRecord]:
+    """Every log record of a logs request (only those of `trace_ids`, raw ids, when given); empty
+    trace/span ids become None."""
     for rl in req.resource_logs:
         resource = _pb_attrs(rl.resource.attributes)
         for sl in rl.scope_logs:
             scope_name = sl.scope.name
             for rec in sl.log_records:
                 trace_id, span_id = rec.trace_id, rec.span_id
+                if trace_ids is not None and trace_id not in trace_ids:
+                    continue
                 yield LogRecord(
                     event_name=rec.event_name if _HAS_EVENT_NAME else "",
                     trace_id=trace_id.hex() if trace_id else None,

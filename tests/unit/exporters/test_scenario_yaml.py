@@ -1,0 +1,49 @@
+"""scenario.yaml's dumper (plain scalars represented directly, the constant tail emitted once) writes
+exactly what PyYAML's safe dumper writes."""
+
+from __future__ import annotations
+
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wt_otel.exporters import scenario
+
+TRICKY = ["", "yes", "no", "null", "~", "123", "0x1F", "1e3", "- a", "a: b", "#x", " lead", "trail ", "multi\nline",
+          "tab\tx", "é unicode ☃", "'q'", '"dq"', "@at", "%p", "!bang", "&amp", "*star", "[x]", "{x}", "x,y", "?", ":",
+          "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 30, "line1\n\nline3 " * 20, "\x00ctl",
+          "2026-12-01", "1_000", ".inf", "+1", "=", "<<"]
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from(TRICKY) | st.text(max_size=30)
+data = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=6) | st.sampled_from(TRICKY), inner, max_size=4), max_leaves=25)
+
+
+def _both(value):
+    out = []
+    for dumper in (getattr(yaml, "CSafeDumper", yaml.SafeDumper), scenario._Dumper):
+        try:
+            out.append(yaml.dump(value, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100))
+        except Exception as e:  # noqa: BLE001 - both must refuse alike (lone surrogates...)
+            out.append(type(e).__name__)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), data, max_size=6))
+def test_same_bytes_as_the_safe_dumper(value):
+    ours, theirs = _both(value)
+    assert ours == theirs
+
+
+def test_tricky_scalars_and_shared_lists():
+    shared = ["a", "b"]
+    for value in ({"k": t, "l": [t, 1, True, None, 2**70, 1.5]} for t in TRICKY):
+        assert _both(value)[0] == _both(value)[1]
+    assert _both({"x": shared, "y": shared})[0] == _both({"x": shared, "y": shared})[1]  # anchors and aliases
+    assert _both({"s": "\udcff"})[0] == _both({"s": "\udcff"})[1]
+
+
+def test_the_cached_tail_is_what_the_dumper_writes():
+    tail = {"assertions": [], "fixtures": dict(scenario.FIXTURES), "scorer": "scorer.py", "runs": 1}
+    assert scenario._tail_yaml() == yaml.dump(tail, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True,
+                                              width=100).rstrip()
