@@ -192,8 +192,8 @@ def _read(groups: list[Group], frames: dict[int, Frame], spill_path: str | None
         except Exception as e:
             raise DumpReadError(f"{frame.path}: changed during the import (message at byte {frame.offset}: "
                                 f"{e})") from e
-        found: Iterator[SpanRecord | LogRecord] = (logs_from_request(request, raw) if frame.logs
-                                                   else spans_from_request(request, raw))
+        found: Iterator[SpanRecord | LogRecord] = (logs_from_request(request, trace_ids=raw) if frame.logs
+                                                   else spans_from_request(request, trace_ids=raw))
         for i, record in enumerate(found):
             g = owner.get(record.trace_id or "")
             if g is not None:
