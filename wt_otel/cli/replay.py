@@ -115,6 +115,11 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
       openai-agents:MODULE:ATTR   an agents.Agent as it is: function tools answered by
                                   the universe (their bodies never run), model pointed at
                                   the cassette; docs/replay-your-agent.md
+      langgraph:MODULE:ATTR       a compiled LangGraph graph (langchain.agents.create_agent):
+                                  ToolNode tools answered by the universe, langchain-openai
+                                  chat models pointed at the cassette
+      pydantic-ai:MODULE:ATTR     a pydantic_ai.Agent: function tools answered by the
+                                  universe, its OpenAI/Anthropic model pointed at the cassette
 
     Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
     2 usage (no scenario found or selected, bad flags, runtime or pack.yaml).
