@@ -46,9 +46,10 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="A robustness run per flag, for every scenario: error:TOOL[:MESSAGE], empty:TOOL, "
                    "slow:TOOL[:SECONDS] (TOOL * for all); results in the robustness layer, which joins the gate.")
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
+              envvar="WT_UNIVERSE_PORT", show_envvar=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
-@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
-              help="Port of the cassette server or recording proxy (with --llm replay, record).")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True, envvar="WT_LLM_PORT",
+              show_envvar=True, help="Port of the cassette server or recording proxy (with --llm replay, record).")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(names("results_formats")),
