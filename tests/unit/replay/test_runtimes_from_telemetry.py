@@ -1,7 +1,9 @@
-"""LangGraph and pydantic-ai agents replayed as they are, from their own recorded telemetry.
+"""Framework agents (OpenAI Agents SDK, LangGraph, pydantic-ai) replayed as they are, from their own
+recorded telemetry.
 
 Per framework, once per module: the user's agent (ordinary code in a module of its own) runs against the
-fake provider (never the network) with the framework's real instrumentation (OpenInference for LangChain,
+fake provider (never the network) with the framework's real instrumentation (the OTel contrib GenAI
+instrumentations for the Agents SDK, on its default Responses model; OpenInference for LangChain;
 pydantic-ai's own), the spans go to a collector-style dump, and `wt-otel import` turns it into a scenario.
 Then `wt-otel run SCENARIO --runtime FRAMEWORK:MODULE:ATTR --llm replay` must PASS with zero divergence
 while the live tool body (which fails the test once the recording is done) never runs; the same agent
@@ -38,8 +40,36 @@ ASK = "What is the email on file for Bluewing?"
 DEAD_URL = "http://127.0.0.1:9/v1"  # discard port: a model call that escapes the runtime fails, never leaves
 
 # The user's agents. `LIVE` counts live tool runs; once `FORBID` is set (after the recording) a live run
-# fails the test. The bypass variant answers the tool outside the universe (a caching middleware / a
-# caching toolset wrapper), as a real agent's shortcut would.
+# fails the test. The bypass variant answers the tool outside the universe (a tool guardrail, a
+# middleware, a toolset wrapper answering from a cache), as a real agent's shortcut would.
+OPENAI_AGENTS_AGENT = '''
+import dataclasses
+
+from agents import Agent, ToolGuardrailFunctionOutput, function_tool, tool_input_guardrail
+
+LIVE = []
+FORBID = False
+
+
+@function_tool
+def client_lookup(query: str) -> dict:
+    """Look up a client by name or account id."""
+    LIVE.append(query)
+    if FORBID:
+        raise AssertionError("the live tool body ran during a replay")
+    return {"email": "ops@bluewing.example"}
+
+
+@tool_input_guardrail
+def cached(data):
+    """A shortcut that answers from a local cache: the universe never sees the call."""
+    return ToolGuardrailFunctionOutput.reject_content('{"email": "ops@bluewing.example"}')
+
+
+agent = Agent("crm", instructions="You are a CRM assistant.", model="gpt-4o-mini", tools=[client_lookup])
+bypassing = agent.clone(tools=[dataclasses.replace(client_lookup, tool_input_guardrails=[cached])])
+'''
+
 LANGGRAPH_AGENT = '''
 from langchain.agents import create_agent
 from langchain.agents.middleware import wrap_tool_call
@@ -113,6 +143,31 @@ bypassing = Agent(model, name="crm-assistant", instructions=INSTRUCTIONS,
 '''
 
 
+def _record_openai_agents(mod: Any, provider: TracerProvider) -> None:
+    """The reference agent's instrumentation set-up (contrib openai + openai-agents GenAI), into `provider`."""
+    from agents import Runner
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+    from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
+
+    from examples.agent.telemetry import SEMCONV_ENV
+
+    saved = {k: os.environ.get(k) for k in SEMCONV_ENV}
+    os.environ.update(SEMCONV_ENV)
+    instrumentors = [OpenAIInstrumentor(), OpenAIAgentsInstrumentor()]
+    instrumentors[0].instrument(tracer_provider=provider)
+    instrumentors[1].instrument(tracer_provider=provider, disable_openai_trace_export=True)
+    try:
+        assert Runner.run_sync(mod.agent, ASK).final_output == FIRST_ANSWER
+    finally:
+        for instrumentor in reversed(instrumentors):
+            instrumentor.uninstrument()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _record_langgraph(mod: Any, provider: TracerProvider) -> None:
     from openinference.instrumentation.langchain import LangChainInstrumentor
 
@@ -136,6 +191,7 @@ def _record_pydantic_ai(mod: Any, provider: TracerProvider) -> None:
 
 
 FRAMEWORKS = {
+    "openai-agents": (OPENAI_AGENTS_AGENT, _record_openai_agents),
     "langgraph": (LANGGRAPH_AGENT, _record_langgraph),
     "pydantic-ai": (PYDANTIC_AI_AGENT, _record_pydantic_ai),
 }
@@ -180,6 +236,7 @@ def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     server, port = start_server()
     saved = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"  # the user's provider while recording
+    os.environ["OPENAI_API_KEY"] = "sk-test"
     sys.path.insert(0, str(root))
     try:
         mod = __import__(module)
@@ -237,7 +294,10 @@ def test_a_tool_answered_outside_the_universe_is_invalid(recorded: Recorded):
 def test_the_users_agent_is_unchanged_after_a_replay(recorded: Recorded):
     """The runtime swaps tools and model clients for a turn only: the agent's own objects come back."""
     recorded.run("agent", "runs-unchanged")
-    if recorded.framework == "langgraph":
+    if recorded.framework == "openai-agents":
+        assert recorded.mod.agent.tools == [recorded.mod.client_lookup]
+        assert recorded.mod.agent.model == "gpt-4o-mini"
+    elif recorded.framework == "langgraph":
         tools = recorded.mod.agent.nodes["tools"].bound.tools_by_name
         assert tools["client_lookup"] is recorded.mod.client_lookup
         assert str(recorded.mod.model.root_client.base_url).startswith("http://127.0.0.1:")
