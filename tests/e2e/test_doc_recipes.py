@@ -89,7 +89,7 @@ def test_every_shell_block_is_marked(doc: str):
 
 
 def _script(doc_blocks: list[Block], ports: dict[str, str]) -> str:
-    lines = ["set -e", "exec 2>&1", "trap 'kill $(jobs -p) 2>/dev/null' EXIT"]
+    lines = ["set -e", "exec 2>&1", "trap 'rc=$?; kill $(jobs -p) 2>/dev/null || true; exit $rc' EXIT"]
     for i, block in enumerate(doc_blocks):
         if block.kind != "run":
             continue
