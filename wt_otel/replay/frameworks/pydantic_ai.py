@@ -17,7 +17,8 @@ Not intercepted (they run as the agent defines them; a tool call the universe di
 run INVALID): toolsets that are not function toolsets (MCP servers, custom `AbstractToolset`s) and
 wrappers that answer a call themselves before reaching the function toolset, provider-side native tools
 (web search, code execution), models of other providers (Gemini, Bedrock...), and a model passed per run
-to `agent.run(model=...)` inside the user's own code.
+to `agent.run(model=...)` inside the user's own code. No `deps` are passed (an agent whose instructions
+need them cannot run).
 """
 
 from __future__ import annotations
