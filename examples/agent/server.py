@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -191,7 +192,8 @@ def start_in_thread(config: AgentConfig, host: str = DEFAULT_HOST, port: int = D
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.agent", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (printed)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("WT_AGENT_PORT") or DEFAULT_PORT),
+                        help="0 picks a free port (printed) [$WT_AGENT_PORT, else %(default)s]")
     args = parser.parse_args(argv)
     config = AgentConfig.from_env()
     sock = bind(args.host, args.port)

@@ -6,7 +6,8 @@ Deterministic, Chat Completions only (JSON, or SSE with `stream: true`):
 - tools offered and no tool result since the latest user turn: one `client_lookup` call for Bluewing;
 - then a text answer: the e-mail (right) or, asked for the phone, a number that is NOT what the tool
   returned (+1-555-0199 instead of +1-555-0100): the bad answer a user flags, and the incident the demo
-  turns into a scenario that replays, hermetically, to the same FAIL.
+  turns into a scenario that replays, hermetically, to the same FAIL;
+- unless the system prompt carries the fix (`FIX`, docs/fix-loop.md): then it quotes the tool's phone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ TOOL_NAME = "client_lookup"
 TOOL_ARGS = {"query": "Bluewing"}
 EMAIL_ANSWER = "The email on file for Bluewing is ops@bluewing.example."
 WRONG_PHONE_ANSWER = "The phone number on file for Bluewing is +1-555-0199."
+FIX = "Quote phone numbers exactly as the tools return them."
 CREATED = 1767225600  # 2026-01-01T00:00:00Z: stable recordings
 
 
@@ -37,7 +39,27 @@ def decide(messages: list[dict[str, Any]], tools_offered: bool) -> dict[str, Any
     if tools_offered and not any(m.get("role") == "tool" for m in messages[last + 1:]):
         return {"tool_call": (TOOL_NAME, TOOL_ARGS)}
     asked = _text(messages[last].get("content")).lower() if users else ""
-    return {"text": WRONG_PHONE_ANSWER if "phone" in asked else EMAIL_ANSWER}
+    if "phone" not in asked:
+        return {"text": EMAIL_ANSWER}
+    system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+    phone = _tool_field(messages[last + 1:], "phone")
+    if FIX in system and phone:
+        return {"text": f"The phone number on file for Bluewing is {phone}."}
+    return {"text": WRONG_PHONE_ANSWER}
+
+
+def _tool_field(messages: list[dict[str, Any]], field: str) -> str | None:
+    """`field` of the latest tool result that is a JSON object holding it."""
+    for m in reversed(messages):
+        if m.get("role") != "tool":
+            continue
+        try:
+            data = json.loads(_text(m.get("content")))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get(field), str):
+            return data[field]
+    return None
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -46,9 +46,10 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="A robustness run per flag, for every scenario: error:TOOL[:MESSAGE], empty:TOOL, "
                    "slow:TOOL[:SECONDS] (TOOL * for all); results in the robustness layer, which joins the gate.")
 @click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
+              envvar="WT_UNIVERSE_PORT", show_envvar=True,
               help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
-@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
-              help="Port of the cassette server or recording proxy (with --llm replay, record).")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True, envvar="WT_LLM_PORT",
+              show_envvar=True, help="Port of the cassette server or recording proxy (with --llm replay, record).")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(names("results_formats")),
@@ -115,6 +116,11 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
       openai-agents:MODULE:ATTR   an agents.Agent as it is: function tools answered by
                                   the universe (their bodies never run), model pointed at
                                   the cassette; docs/replay-your-agent.md
+      langgraph:MODULE:ATTR       a compiled LangGraph graph (langchain.agents.create_agent):
+                                  ToolNode tools answered by the universe, langchain-openai
+                                  chat models pointed at the cassette
+      pydantic-ai:MODULE:ATTR     a pydantic_ai.Agent: function tools answered by the
+                                  universe, its OpenAI/Anthropic model pointed at the cassette
 
     Exit status: 0 every scenario passed; 1 any ERROR, INVALID or not run;
     2 usage (no scenario found or selected, bad flags, runtime or pack.yaml).

@@ -32,7 +32,8 @@ def universe() -> None:
 @universe.command("serve")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
-@click.option("--port", default=8648, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--port", default=8648, show_default=True, type=click.IntRange(0, 65535), envvar="WT_UNIVERSE_PORT",
+              show_envvar=True, help="0 picks a free port.")
 @click.option("--synthesize", "synthesize_spec", metavar="MODULE:ATTR",
               help="The synthesize hook, called as hook(tool_name, args, universe) on a miss under on_miss: "
                    "synthesize (the universe file's folder and the current directory are importable).")
@@ -135,7 +136,8 @@ def cassette() -> None:
 @cassette.command("serve")
 @click.argument("file", type=click.Path(exists=True, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8649, show_default=True, envvar="WT_LLM_PORT",
+              show_envvar=True, help="0 picks a free port.")
 @click.option("--match", "match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="exact: by model, messages and tools; sequence: the Nth request gets the Nth recorded call.")
 @click.option("--run", "run", metavar="TRACE_ID", help="Which recorded run (a history key); default the latest.")
@@ -192,7 +194,8 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="CASSETTE",
               help="The cassette to record into; an existing one keeps its history (a ring buffer of 5 runs).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8649, show_default=True, help="0 picks a free port.")
+@click.option("--port", type=int, default=8649, show_default=True, envvar="WT_LLM_PORT", show_envvar=True,
+              help="0 picks a free port.")
 @click.option("--record-tick-ms", type=click.FloatRange(min=0), default=100.0, show_default=True,
               help="Streamed chunks arriving within this window become one frame.")
 @click.pass_context

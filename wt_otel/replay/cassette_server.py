@@ -7,9 +7,9 @@ module is only the HTTP surface: which recording answers a request, and the
 call log, are `wt_otel.replay.cassette`'s (its docstring has the matching rules).
 
 Routes
-    POST /v1/chat/completions   JSON, or SSE with `stream: true`
-    POST /v1/responses          OpenAI Responses API, JSON or SSE   } translated in
-    POST /v1/messages           Anthropic Messages, JSON or SSE     } `replay.model_apis`
+    POST /v1/chat/completions   OpenAI Chat Completions, JSON or SSE } each API a module of
+    POST /v1/responses          OpenAI Responses API, JSON or SSE     } `replay.model_apis`,
+    POST /v1/messages           Anthropic Messages, JSON or SSE       } all served by `serve_api`
     GET  /v1/models             the models the replayed run recorded (clients probe it)
     GET  /wt/llm-calls          the call log of the current run
     POST /wt/reset              start a new run: cursors and call log cleared
@@ -36,14 +36,13 @@ import json
 import logging
 import socket
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from wt_otel._util.background_http import BackgroundHTTPServer
-from wt_otel.contracts.cassette import Cassette, CassetteCall
+from wt_otel.contracts.cassette import Cassette
 from wt_otel.replay.cassette import (
     CASSETTE_FILE,
     DIVERGENCE_CODE,
@@ -63,7 +62,7 @@ from wt_otel.replay.cassette import (
     recorded_error,
     request_key,
 )
-from wt_otel.replay.model_apis import API_ROUTES, serve_api
+from wt_otel.replay.model_apis import API_ROUTES, openai_chat, serve_api
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8649
@@ -81,30 +80,7 @@ class BadRequest(ValueError):
         self.status = status
 
 
-def _shape_problem(body: Any) -> str | None:
-    """What makes `body` not a chat-completions request the replay can match, or None."""
-    if not isinstance(body, dict):
-        return "the body must be a JSON object"
-    messages, tools = body.get("messages"), body.get("tools")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        return "messages must be an array of message objects"
-    if tools is not None and not isinstance(tools, list):
-        return "tools must be an array"
-    for i, m in enumerate(messages):
-        if "role" in m and not isinstance(m["role"], str):
-            return f"messages[{i}].role must be a string"
-        calls = m.get("tool_calls")
-        if calls is None:
-            continue
-        if not isinstance(calls, list):
-            return f"messages[{i}].tool_calls must be an array"
-        for j, c in enumerate(calls):
-            fn = c.get("function") if isinstance(c, dict) else None
-            if not isinstance(c, dict) or ("function" in c and not isinstance(fn, dict)):
-                return f"messages[{i}].tool_calls[{j}] must be an object whose function is an object"
-            if isinstance(fn, dict) and not isinstance(fn.get("name", ""), str):
-                return f"messages[{i}].tool_calls[{j}].function.name must be a string"
-    return None
+_shape_problem = openai_chat.shape_problem  # the old name (the fuzz tests call it)
 
 
 class _CassetteHandler(BaseHTTPRequestHandler):
@@ -173,33 +149,11 @@ class _CassetteHandler(BaseHTTPRequestHandler):
             owner.reset()
             self._json(200, {"ok": True, "run": owner.replay.run})
             return
-        if route in API_ROUTES and route != "/chat/completions":  # the other model APIs: model_apis/
-            serve_api(owner, self, API_ROUTES[route], raw)
-            return
-        if route != "/chat/completions":
+        if route not in API_ROUTES:
             self._error(404, {"message": f"no route POST {self.path}", "type": "invalid_request_error",
                               "param": None, "code": "unknown_url"})
             return
-        try:
-            try:
-                body = json.loads(raw or b"{}")
-            except RecursionError:
-                raise ValueError("JSON nested too deeply") from None
-            problem = _shape_problem(body)
-            if problem:
-                raise ValueError(problem)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError too
-            self._error(400, {"message": f"invalid request body: {exc}", "type": "invalid_request_error",
-                              "param": None, "code": "invalid_request"})
-            return
-        try:
-            owner.serve(self, body)
-        except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
-            # a shape _shape_problem does not know yet: the request's fault, said as such, never a traceback
-            log.debug("cannot match request", exc_info=True)
-            self._error(400, {"message": f"invalid request body: cannot match it against the cassette "
-                                         f"({type(exc).__name__}: {exc})", "type": "invalid_request_error",
-                              "param": None, "code": "invalid_request"})
+        serve_api(owner, self, API_ROUTES[route], raw)  # every model API, chat completions included
 
     def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -213,24 +167,6 @@ class _CassetteHandler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, error: dict[str, Any]) -> None:
         self._json(status, {"error": error}, {"x-should-retry": "false"})
-
-    def _stream(self, events: Iterator[tuple[float, dict[str, Any] | str]], pace: bool) -> None:
-        """SSE over chunked transfer encoding, so the connection can be kept."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            for delay_ms, event in events:
-                if pace and delay_ms > 0:
-                    time.sleep(delay_ms / 1000)
-                data = f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):  # the client hung up: its business
-            self.close_connection = True
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -276,40 +212,6 @@ class CassetteServer(BackgroundHTTPServer):
 
     def call_log(self) -> list[dict[str, Any]]:
         return self.replay.call_log()
-
-    def serve(self, handler: _CassetteHandler, body: dict[str, Any]) -> None:
-        """Answer one chat-completions request (called on the handler's thread)."""
-        reply = self.replay.answer(body)
-        if self.on_call and reply.entry:
-            self.on_call(reply.entry)
-        call = reply.call
-        if call is None or reply.status != 200:
-            if call is not None and self.pace:
-                time.sleep(_duration_ms(call) / 1000)
-            handler._error(reply.status, reply.error or {})
-            return
-        completion_id = f"chatcmpl-wt{self.replay.run[:8]}{reply.recorded_index:04d}"
-        created = int(time.time())
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            tail: list[tuple[float, dict[str, Any] | str]] = (
-                [(0.0, {"error": reply.error})] if reply.error else [(0.0, "[DONE]")])
-            handler._stream(_chain(chunks(call, completion_id, created, include_usage), tail), self.pace)
-            return
-        if self.pace:
-            time.sleep(_duration_ms(call) / 1000)
-        handler._json(200, completion(call, completion_id, created))
-
-
-def _chain(first: Iterator[Any], rest: list[Any]) -> Iterator[Any]:
-    yield from first
-    yield from rest
-
-
-def _duration_ms(call: CassetteCall) -> float:
-    metrics = call.network_metrics
-    return metrics.total_duration_ms if metrics and metrics.total_duration_ms else sum(
-        f.delta_ms for f in call.response_timeline)
 
 
 __all__ = [  # the replay names are re-exported: callers may import them from here

@@ -18,8 +18,19 @@ MAX_LINE = 160
 MAX_LINES = 40  # a diff longer than this is cut, and says so
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+def _clip(text: str, other: str | None = None) -> str:
+    """`text` cut to MAX_LINE; against `other` (its counterpart in the diff), a window that starts just
+    before the first character that differs, so a change at the end of a long prompt stays visible."""
+    if len(text) <= MAX_LINE:
+        return text
+    start = 0
+    if other is not None:
+        first = next((i for i, (a, b) in enumerate(zip(text, other, strict=False)) if a != b),
+                     min(len(text), len(other)))
+        start = max(0, first - 40) if first > MAX_LINE - 40 else 0
+    head = "..." if start else ""
+    piece = text[start:]
+    return head + (piece if len(head) + len(piece) <= MAX_LINE else piece[: MAX_LINE - 3 - len(head)] + "...")
 
 
 def _render(message: dict[str, Any]) -> list[str]:
@@ -35,9 +46,12 @@ def _render(message: dict[str, Any]) -> list[str]:
 
 def _text_diff(old: list[str], new: list[str]) -> list[str]:
     out = []
-    for line in difflib.ndiff(old, new):
-        if line.startswith(("- ", "+ ")):
-            out.append(f"    {line[0]} {_clip(line[2:])}")
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        removed, added = old[i1:i2], new[j1:j2]
+        out += [f"    - {_clip(line, added[k] if k < len(added) else None)}" for k, line in enumerate(removed)]
+        out += [f"    + {_clip(line, removed[k] if k < len(removed) else None)}" for k, line in enumerate(added)]
     return out
 
 

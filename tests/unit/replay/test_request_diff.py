@@ -52,3 +52,17 @@ def test_a_long_diff_is_cut_and_says_so():
     old = [{"role": "user", "content": "\n".join(f"line {i}" for i in range(100))}]
     lines = diff(old, [{"role": "user", "content": "other"}])
     assert len(lines) == 41 and lines[-1].startswith("... ") and lines[-1].endswith("more line(s)")
+
+
+def test_a_change_at_the_end_of_a_long_prompt_stays_visible():
+    """Lines are clipped to MAX_LINE around the first difference, not from the start (an appended
+    sentence on a 160-character prompt would otherwise print as two identical clipped lines)."""
+    from wt_otel.replay.request_diff import MAX_LINE, _text_diff
+
+    old = "You are an operations assistant. " * 6
+    new = old + "Quote phone numbers exactly."
+    removed, added = _text_diff([old], [new])
+    assert added.endswith("Quote phone numbers exactly.") and added.startswith("    + ...")
+    assert removed.startswith("    - ...") and len(added) <= MAX_LINE + 6
+    short_removed, short_added = _text_diff(["Be brief."], ["Be kind."])
+    assert (short_removed, short_added) == ("    - Be brief.", "    + Be kind.")

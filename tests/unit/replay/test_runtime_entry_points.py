@@ -75,7 +75,7 @@ def test_dotted_path_comes_last(installed: None) -> None:
 @pytest.mark.parametrize(("name", "message"), [
     ("broken", "runtime 'broken': RuntimeError: no licence"),
     ("odd", "is not a runtime: it lacks name, url"),
-    ("nosuch", "use http_inject, python, broken, echo, odd"),
+    ("nosuch", "use http_inject, python, broken, echo, "),  # then the installed ones, sorted
 ])
 def test_bad_plugins_are_usage_errors_that_say_why(installed: None, name: str, message: str) -> None:
     with pytest.raises(RuntimeSpecError, match="runtime") as err:

@@ -7,6 +7,7 @@ Each is a `Runtime` (components.Runtime) registered in the `wt_otel.runtimes` en
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -28,3 +29,66 @@ def load_object(spec: str | None, framework: str) -> Any:
         raise RuntimeSpecError(f"the {framework} runtime needs a target: --runtime {framework}:MODULE:ATTR")
     module_name, _, attr = spec.partition(":")
     return import_object(module_name, attr, f"{framework}:{spec}")
+
+
+def tool_output(result: Any) -> str:
+    """An MCP CallToolResult as the tool output a framework hands its model: the text content (strings
+    verbatim, other results as JSON, as the universe server renders them)."""
+    parts = [getattr(c, "text", None) for c in getattr(result, "content", None) or []]
+    text = "".join(p for p in parts if isinstance(p, str))
+    structured = getattr(result, "structured_content", None)
+    if not text and structured is not None:
+        text = json.dumps(structured, ensure_ascii=False)
+    return text
+
+
+def decoded_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments as an object: a JSON string decoded, anything undecodable kept under
+    `_raw_arguments` (never silently `{}`: the universe reports the miss with what was sent)."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    except ValueError:
+        return {"_raw_arguments": raw}
+    return value if isinstance(value, dict) else {"_raw_arguments": raw}
+
+
+class Universe:
+    """The scenario's universe as an MCP client for one turn: `await call(name, arguments)` -> tool output.
+
+    Every call goes over MCP to the server `wt-otel run` serves, so the universe's matching, miss policy
+    and witness log are the ones Contract C agents get."""
+
+    def __init__(self, url: str) -> None:
+        from mcp import Client
+
+        self._client = Client(url)
+        self.calls = 0
+
+    async def __aenter__(self) -> Universe:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._client.__aexit__(*exc)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        self.calls += 1
+        return tool_output(await self._client.call_tool(name, arguments))
+
+
+def require_universe(name: str) -> tuple[str, str | None]:
+    """(universe URL, model URL or None) or a usage error when not run under `wt-otel run`."""
+    universe_url, llm_url = served_urls()
+    if not universe_url:
+        raise RuntimeSpecError(f"{name}: no universe URL (${ENV_UNIVERSE_URL}): run it with wt-otel run")
+    return universe_url, llm_url
+
+
+def api_key(env: str = "OPENAI_API_KEY") -> str:
+    """The provider key the client sends: the user's own (a recording proxy forwards it), or a placeholder
+    that the cassette server ignores."""
+    return os.environ.get(env) or "sk-wt-replay"

@@ -86,22 +86,27 @@ def _send_stream(handler: Any, events: Iterator[StreamEvent], pace: bool) -> Non
 def serve_api(owner: Any, handler: Any, api: ModelApi, raw: bytes) -> None:
     """Answer one request of `api` from `owner` (a CassetteServer): translate, match, render."""
     try:
-        body = json.loads(raw or b"{}")
+        try:
+            body = json.loads(raw or b"{}")
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         chat = api.to_chat(body)
         reply = owner.replay.answer(chat)
     except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
         # hostile or unknown shapes are the request's fault, said as such, never a traceback
-        _send_json(handler, 400, api.error_body(400, {
-            "message": f"invalid request body: {type(exc).__name__}: {exc}" if not isinstance(exc, ValueError)
-            else f"invalid request body: {exc}", "type": "invalid_request_error", "param": None,
-            "code": "invalid_request"}), retry=False)
+        message = (f"invalid request body: {exc}" if isinstance(exc, ValueError) else
+                   f"invalid request body: cannot match it against the cassette ({type(exc).__name__}: {exc})")
+        _send_json(handler, 400, api.error_body(400, {"message": message, "type": "invalid_request_error",
+                                                      "param": None, "code": "invalid_request"}), retry=False)
         return
     if owner.on_call and reply.entry:
         owner.on_call({**reply.entry, "api": api.NAME})
     call = reply.call
     if call is None or reply.status != 200:
+        if call is not None and owner.pace:  # a recorded failure takes as long as it took
+            time.sleep(_duration_ms(call) / 1000)
         _send_json(handler, reply.status, api.error_body(reply.status, reply.error or {}), retry=False)
         return
     ids = f"wt{owner.replay.run[:8]}{reply.recorded_index:04d}"
@@ -109,7 +114,15 @@ def serve_api(owner: Any, handler: Any, api: ModelApi, raw: bytes) -> None:
     if chat.get("stream"):
         _send_stream(handler, api.stream(call, ids, created, body, reply.error), owner.pace)
         return
+    if owner.pace:  # a JSON answer arrives when the recorded call ended
+        time.sleep(_duration_ms(call) / 1000)
     _send_json(handler, 200, api.render(call, ids, created))
+
+
+def _duration_ms(call: CassetteCall) -> float:
+    metrics = call.network_metrics
+    return metrics.total_duration_ms if metrics and metrics.total_duration_ms else sum(
+        f.delta_ms for f in call.response_timeline)
 
 
 __all__ = ["API_ROUTES", "ModelApi", "StreamEvent", "serve_api"]

@@ -11,12 +11,36 @@ from wt_otel.replay.cassette import chunks, completion
 NAME = "openai_chat"
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def shape_problem(body: Any) -> str | None:
+    """What makes `body` not a chat-completions request the replay can match, or None."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
     messages, tools = body.get("messages"), body.get("tools")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-        raise ValueError("messages must be an array of message objects")
+        return "messages must be an array of message objects"
     if tools is not None and not isinstance(tools, list):
-        raise ValueError("tools must be an array")
+        return "tools must be an array"
+    for i, m in enumerate(messages):
+        if "role" in m and not isinstance(m["role"], str):
+            return f"messages[{i}].role must be a string"
+        calls = m.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return f"messages[{i}].tool_calls must be an array"
+        for j, c in enumerate(calls):
+            fn = c.get("function") if isinstance(c, dict) else None
+            if not isinstance(c, dict) or ("function" in c and not isinstance(fn, dict)):
+                return f"messages[{i}].tool_calls[{j}] must be an object whose function is an object"
+            if isinstance(fn, dict) and not isinstance(fn.get("name", ""), str):
+                return f"messages[{i}].tool_calls[{j}].function.name must be a string"
+    return None
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    problem = shape_problem(body)
+    if problem:
+        raise ValueError(problem)
     return body
 
 
