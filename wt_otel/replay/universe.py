@@ -320,6 +320,12 @@ class RecordedUniverse:
             self.on_call(self._entry(*item))
         return answer
 
+    def is_recorded(self, answer: Answer) -> bool:
+        """Whether `answer` is a recording's prebuilt exact or keyed answer: the same object for every hit on
+        that recording while this engine lives (so a server may memoize what it derives from it)."""
+        i = answer.recording
+        return i is not None and (self._exact[i] is answer or self._keyed[i] is answer)
+
     def _perturbed(self, tool: str, answer: Answer) -> Answer | None:
         """A robustness run's answer in place of the recorded one (error, empty); None when unperturbed.
         `slow` keeps the answer: the MCP server waits `delay_for(tool)` before sending it."""
