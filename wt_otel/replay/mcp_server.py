@@ -141,7 +141,7 @@ class UniverseMCPServer:
     `json_response=True` (the default) answers each POST with one JSON body
     instead of an SSE stream: both are streamable HTTP, the universe never
     sends mid-call notifications, and JSON is the faster round trip for
-    handshake-era clients (bench/universe_lookup.py).
+    handshake-era clients (bench/mcp_roundtrip.py measures tools/call).
     """
 
     def __init__(

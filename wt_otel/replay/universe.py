@@ -43,6 +43,8 @@ from dataclasses import dataclass, replace
 from time import time_ns
 from typing import Any
 
+from orjson import OPT_SORT_KEYS, dumps
+
 from wt_otel.contracts.perturbation import DEFAULT_ERROR, Perturbation
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
 from wt_otel.model.parts import canonical_bytes, canonical_json
@@ -205,10 +207,10 @@ class RecordedUniverse:
 
     Thread-safe: an MCP server answers on its event loop while a runner reads
     the log from another thread. A recorded hit on a stateless tool takes no
-    lock: its answer is prebuilt and its log entry is one tuple appended to a
-    list (atomic). Sequence tools, misses (a `synthesize` hook runs one call at
-    a time, as before) and perturbed runs take the lock. The log holds tuples;
-    `call_log()` and `on_call` see the documented dicts.
+    lock: its answer is prebuilt and its log entry is one tuple of slots
+    added to a list by one `extend` (atomic). Sequence tools, misses (a
+    `synthesize` hook runs one call at a time, as before) and perturbed runs
+    take the lock. `call_log()` and `on_call` see the documented dicts.
     """
 
     def __init__(
@@ -285,7 +287,11 @@ class RecordedUniverse:
         if len(flat) in idx.sizes:
             names = idx.names
             if names is None or frozenset(flat) in names or not all(isinstance(k, str) for k in flat):
-                hits = idx.exact.get(canonical_bytes(flat))
+                try:  # canonical_bytes, inlined
+                    key = dumps(flat, option=OPT_SORT_KEYS, default=str)
+                except TypeError:  # orjson.JSONEncodeError is one
+                    key = canonical_bytes(flat)
+                hits = idx.exact.get(key)
         if hits:
             code = hits[0]
             answer = self._exact[code]
@@ -299,7 +305,7 @@ class RecordedUniverse:
                 return self._locked_call(tool, flat)
             code = ~hits[0]
             answer = self._keyed[hits[0]]
-        item = (tool, flat, code, time_ns(), None)
+        item = (tool, flat, code, time_ns(), None)  # `epoch_ms`'s clock, divided when the log is read
         self._log.extend(item)
         if self.on_call is not None:
             self.on_call(self._entry(*item))
