@@ -125,3 +125,16 @@ def _canon(value: Any) -> str:
 def canonical_json(value: Any) -> str:
     """Sorted-keys compact JSON: the equality the universe and cassette matching use."""
     return _canon(value)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """`canonical_json(value)` as UTF-8 bytes: the universe's lookup key, made once per call.
+
+    Twice as fast as `canonical_json` on the common case: no decode, and no `OPT_NON_STR_KEYS` (which costs
+    orjson half its speed and changes nothing when every key is a str; a non-str key raises here and takes
+    `canonical_json`'s path, as do the values orjson refuses).
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+    except (TypeError, orjson.JSONEncodeError):
+        return _canon(value).encode("utf-8")

@@ -99,6 +99,20 @@ def mcp_tools(engine: RecordedUniverse) -> list[types.Tool]:
 def build_server(engine: RecordedUniverse) -> Server[Any]:
     """The MCP protocol side: `tools/list` and `tools/call` answered from `engine`."""
     tools = mcp_tools(engine)
+    # A recording's answer is built once by the engine and shared by every hit on it, so its wire form (the
+    # dump the SDK would make of `call_result(answer)`; the SDK copies and re-validates what a handler
+    # returns) is built once too. At most two per recording (exact, keyed); misses and perturbed answers
+    # are built per call.
+    wire: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def result_for(answer: Answer) -> Any:
+        if answer.recording is None or not engine.is_recorded(answer):
+            return call_result(answer)
+        key = (answer.match, answer.recording)
+        dumped = wire.get(key)
+        if dumped is None:
+            dumped = wire[key] = call_result(answer).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return dumped
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
         return types.ListToolsResult(tools=tools)
@@ -108,9 +122,13 @@ def build_server(engine: RecordedUniverse) -> Server[Any]:
         delay = engine.delay_for(params.name)  # a `slow` robustness run: answer past the agent's deadline
         if delay:
             await anyio.sleep(delay)
-        return call_result(answer)
+        return result_for(answer)
 
-    return Server("wt-otel-universe", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+    # The 2026-07-28 transport checks a call's `Mcp-Param-*` headers against the tool's input schema; without
+    # this lookup the SDK finds the schema by running the whole tools/list handler on every tools/call.
+    schemas = {t.name: t.input_schema for t in tools}
+    return Server("wt-otel-universe", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
+                  get_tool_input_schema=schemas.get)
 
 
 class UniverseMCPServer:
@@ -123,7 +141,7 @@ class UniverseMCPServer:
     `json_response=True` (the default) answers each POST with one JSON body
     instead of an SSE stream: both are streamable HTTP, the universe never
     sends mid-call notifications, and JSON is the faster round trip for
-    handshake-era clients (bench/universe_lookup.py).
+    handshake-era clients (bench/mcp_roundtrip.py measures tools/call).
     """
 
     def __init__(

@@ -19,7 +19,14 @@ a real universe needs them).
 
 Lookups are dictionary hits on keys computed once at load time, so exact and
 keyed matching cost O(1) in the number of recordings; only a miss under
-`nearest` scans, and only the recordings of the called tool.
+`nearest` scans, and only the recordings of the called tool. The hot path (a
+recorded hit on a stateless tool) is lean (issue 15): one bytes key per call
+(`canonical_bytes`), none when the call's argument count or names match no
+recording, a plain str lookup for a tool keyed on one argument, prebuilt
+answers, and a call log appended without a lock. Everything else takes the
+lock and the same steps. tests/support/universe_reference.py keeps the engine
+this replaced; the equivalence tests hold the two to identical answers,
+divergence evidence and call logs.
 
 Every call is logged with how it was answered; every miss also carries
 `divergence: {policy, matched}` and emits a `universe_divergence` warning, so
@@ -33,12 +40,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from time import time_ns
 from typing import Any
 
-from wt_otel._util.clock import epoch_ms
+from orjson import OPT_SORT_KEYS, dumps
+
 from wt_otel.contracts.perturbation import DEFAULT_ERROR, Perturbation
 from wt_otel.contracts.universe import Matching, Recording, Universe, UniverseTool, load_universe
-from wt_otel.model.parts import canonical_json
+from wt_otel.model.parts import canonical_bytes, canonical_json
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +55,15 @@ SynthesizeHook = Callable[[str, dict[str, Any], Universe], Any]
 """The `synthesize` policy's generator: `(tool_name, args, universe) -> result`."""
 
 NO_RECORDED_RESULT = "no_recorded_result"
+_STRIDE = 5  # call-log slots per call
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Answer:
-    """How one call was answered. `match` is `exact`, `keyed` or the policy that produced the result."""
+    """How one call was answered. `match` is `exact`, `keyed` or the policy that produced the result.
+
+    Frozen: the answers of recorded hits are built once per recording and shared by every call that hits it.
+    """
 
     result: Any
     is_error: bool
@@ -89,25 +102,68 @@ def _pairs(args: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     return frozenset((k, canonical_json(v)) for k, v in args.items())
 
 
+def _str_valued(projection: bytes) -> bool:
+    """Whether a canonical one-key projection holds a JSON string (or cannot be read back: assume it might)."""
+    try:
+        decoded = json.loads(projection)
+    except (ValueError, RecursionError):
+        return True
+    return not isinstance(decoded, dict) or any(isinstance(v, str) for v in decoded.values())
+
+
 class _ToolIndex:
-    """Per-tool lookup tables, built once: canonical args -> recording indices (in recording order)."""
+    """Per-tool lookup tables, built once: canonical bytes keys -> recording indices (in recording order).
+
+    Besides the two canonical tables (`exact`, `keyed`), two shortcuts that never change an answer:
+
+    - `sizes` / `names`: the argument counts and name sets of the tool's recordings. A call whose count or
+      names match no recording cannot be an exact hit (canonical JSON keeps every key), so its full
+      canonical key is never built. `names` is None when a recording has a non-str key (then only the count
+      is trusted); a call with a non-str key always builds the key.
+    - `by_str`: for a tool keyed on one argument, recordings whose value there is a `str`, by that str. A
+      str call value is then one dict lookup, no JSON at all. Two strs have equal canonical projections
+      exactly when they are equal (both encoders are decodable), so this answers as `keyed` does; it is
+      off (None) when some recording's non-str value canonicalizes to a JSON string (an object serialized
+      through `default=str`), which the str table could not see.
+    """
+
+    __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "sizes", "names", "single", "by_str",
+                 "order", "pairs")
 
     def __init__(self, tool: UniverseTool | None, arg_keys: list[str] | None) -> None:
         self.tool = tool
-        self.arg_keys = arg_keys or []
-        self.exact: dict[str, list[int]] = {}
-        self.keyed: dict[str, list[int]] = {}
+        self.arg_keys = list(dict.fromkeys(arg_keys or []))
+        self.sequence = tool is not None and tool.mode == "sequence"
+        self.exact: dict[bytes, list[int]] = {}
+        self.keyed: dict[bytes, list[int]] = {}
+        self.sizes: set[int] = set()
+        self.names: set[frozenset[Any]] | None = set()
+        self.single: str | None = self.arg_keys[0] if len(self.arg_keys) == 1 else None
+        self.by_str: dict[str, list[int]] | None = {} if self.single is not None else None
         self.order: list[int] = []  # every recording of this tool, for `nearest`
         self.pairs: dict[int, frozenset[tuple[str, str]]] = {}
 
     def add(self, index: int, args: dict[str, Any]) -> None:
         self.order.append(index)
-        self.exact.setdefault(canonical_json(args), []).append(index)
+        self.exact.setdefault(canonical_bytes(args), []).append(index)
+        self.sizes.add(len(args))
+        if self.names is not None:
+            if all(type(k) is str for k in args):
+                self.names.add(frozenset(args))
+            else:
+                self.names = None
         key = self.keyed_key(args)
-        if key is not None:
-            self.keyed.setdefault(key, []).append(index)
+        if key is None:
+            return
+        self.keyed.setdefault(key, []).append(index)
+        if self.by_str is not None:
+            value = args[self.single]  # type: ignore[index]
+            if type(value) is str:
+                self.by_str.setdefault(value, []).append(index)
+            elif _str_valued(key):
+                self.by_str = None
 
-    def keyed_key(self, args: Mapping[str, Any]) -> str | None:
+    def keyed_key(self, args: Mapping[str, Any]) -> bytes | None:
         """Canonical projection on `arg_keys`; None when the call carries none of them.
 
         An empty projection would make every call "match" every recording that
@@ -116,7 +172,29 @@ class _ToolIndex:
         if not self.arg_keys:
             return None
         projected = {k: args[k] for k in self.arg_keys if k in args}
-        return canonical_json(projected) if projected else None
+        return canonical_bytes(projected) if projected else None
+
+    def exact_candidates(self, args: dict[str, Any]) -> list[int] | None:
+        """Recordings canonically equal to the call, in recording order (None: the key was not even built)."""
+        if len(args) not in self.sizes:
+            return None
+        names = self.names
+        if names is None or frozenset(args) in names or not all(isinstance(k, str) for k in args):
+            return self.exact.get(canonical_bytes(args))
+        return None
+
+    def keyed_candidates(self, args: dict[str, Any]) -> list[int] | None:
+        """Recordings equal to the call on `arg_keys`, in recording order."""
+        single = self.single
+        if single is not None:
+            if single not in args:
+                return None
+            value = args[single]
+            if type(value) is str and self.by_str is not None:
+                return self.by_str.get(value)
+            return self.keyed.get(canonical_bytes({single: value}))
+        key = self.keyed_key(args)
+        return self.keyed.get(key) if key is not None else None
 
 
 class RecordedUniverse:
@@ -128,7 +206,11 @@ class RecordedUniverse:
     recording order; exhausted means miss). `reset()` starts a new run.
 
     Thread-safe: an MCP server answers on its event loop while a runner reads
-    the log from another thread.
+    the log from another thread. A recorded hit on a stateless tool takes no
+    lock: its answer is prebuilt and its log entry is one tuple of slots
+    added to a list by one `extend` (atomic). Sequence tools, misses (a
+    `synthesize` hook runs one call at a time, as before) and perturbed runs
+    take the lock. `call_log()` and `on_call` see the documented dicts.
     """
 
     def __init__(
@@ -142,17 +224,27 @@ class RecordedUniverse:
         self.on_call = on_call
         self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
-        self._log: list[dict[str, Any]] = []
+        # the call log, flat: _STRIDE slots per call (tool, args, answer, time_ns, perturbation dict or None),
+        # each call's slots added by one atomic `extend`. `answer` is an int for a recorded hit (the recording's
+        # index, ~index for keyed): no object per call but the args copy, which keeps the cyclic GC's work low
+        # (a log of 200k calls with an object per call spent ~40% of the lookup time in the GC).
+        self._log: list[Any] = []
         self._consumed: set[int] = set()
-        self._tools = {t.name: t for t in universe.tools}
         self._index: dict[str, _ToolIndex] = {
             t.name: _ToolIndex(t, universe.matching.arg_keys.get(t.name)) for t in universe.tools
         }
         # what each recording answers, resolved once: the hot path touches no pydantic attributes
         self._answers: list[tuple[Any, bool]] = []
+        self._exact: list[Answer] = []
+        self._keyed: list[Answer] = []
+        self._errors: list[Any] = []  # the recording's `error`, for a log entry answered with an error
         for i, rec in enumerate(universe.recordings):
             self._index[rec.tool_name].add(i, rec.args)
-            self._answers.append((_recorded_error_result(rec), True) if rec.error else (rec.result, False))
+            result, is_error = (_recorded_error_result(rec), True) if rec.error else (rec.result, False)
+            self._answers.append((result, is_error))
+            self._exact.append(Answer(result, is_error, "exact", i))
+            self._keyed.append(Answer(result, is_error, "keyed", i))
+            self._errors.append(rec.error)
 
     @classmethod
     def from_file(cls, path: str, **kwargs: Any) -> RecordedUniverse:
@@ -185,19 +277,60 @@ class RecordedUniverse:
         OpenAI wire shape) is decoded first, since lookup keys must be canonical
         whichever shape the traffic arrived in.
         """
-        flat = _flat_args(args)
+        flat = args.copy() if type(args) is dict else _flat_args(args)
+        idx = self._index.get(tool)
+        if idx is None or idx.sequence or self.perturbation is not None:
+            return self._locked_call(tool, flat)
+        # The lock-free path, a recorded hit on a stateless tool: `exact_candidates` and `keyed_candidates`
+        # inlined (this is the hot path; the equivalence test holds both copies to the locked path's answers).
+        hits = None
+        if len(flat) in idx.sizes:
+            names = idx.names
+            if names is None or frozenset(flat) in names or not all(isinstance(k, str) for k in flat):
+                try:  # canonical_bytes, inlined
+                    key = dumps(flat, option=OPT_SORT_KEYS, default=str)
+                except TypeError:  # orjson.JSONEncodeError is one
+                    key = canonical_bytes(flat)
+                hits = idx.exact.get(key)
+        if hits:
+            code = hits[0]
+            answer = self._exact[code]
+        else:
+            single, by_str = idx.single, idx.by_str
+            if single is not None and by_str is not None and type(value := flat.get(single)) is str:
+                hits = by_str.get(value)
+            else:
+                hits = idx.keyed_candidates(flat)
+            if not hits:
+                return self._locked_call(tool, flat)
+            code = ~hits[0]
+            answer = self._keyed[hits[0]]
+        item = (tool, flat, code, time_ns(), None)  # `epoch_ms`'s clock, divided when the log is read
+        self._log.extend(item)
+        if self.on_call is not None:
+            self.on_call(self._entry(*item))
+        return answer
+
+    def _locked_call(self, tool: str, flat: dict[str, Any]) -> Answer:
+        """Everything but a stateless recorded hit: sequence tools, misses, perturbed runs."""
         with self._lock:
             answer = self._answer(tool, flat)
             perturbed = self._perturbed(tool, answer)
-            entry = self._record(tool, flat, perturbed or answer)
-            if perturbed is not None and self.perturbation is not None:
-                entry.setdefault("extra", {})["perturbation"] = self.perturbation.to_dict()
+            extra = self.perturbation.to_dict() if perturbed is not None and self.perturbation is not None else None
             answer = perturbed or answer
+            item = (tool, flat, answer, time_ns(), extra)
+            self._log.extend(item)
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
-            self.on_call(entry)
+            self.on_call(self._entry(*item))
         return answer
+
+    def is_recorded(self, answer: Answer) -> bool:
+        """Whether `answer` is a recording's prebuilt exact or keyed answer: the same object for every hit on
+        that recording while this engine lives (so a server may memoize what it derives from it)."""
+        i = answer.recording
+        return i is not None and (self._exact[i] is answer or self._keyed[i] is answer)
 
     def _perturbed(self, tool: str, answer: Answer) -> Answer | None:
         """A robustness run's answer in place of the recorded one (error, empty); None when unperturbed.
@@ -223,12 +356,11 @@ class RecordedUniverse:
         idx = self._index.get(tool)
         if idx is None:
             return self._fallback(tool, args, self.policy_for(tool), f"tool {tool!r} is not in the universe")
-        sequence = idx.tool is not None and idx.tool.mode == "sequence"
-        hit = self._first(idx.exact.get(canonical_json(args)), sequence)
+        sequence = idx.sequence
+        hit = self._first(idx.exact_candidates(args), sequence)
         if hit is not None:
             return self._hit(hit, "exact", sequence)
-        key = idx.keyed_key(args)
-        hit = self._first(idx.keyed.get(key) if key is not None else None, sequence)
+        hit = self._first(idx.keyed_candidates(args), sequence)
         if hit is not None:
             return self._hit(hit, "keyed", sequence)
         return self._miss(tool, args, self.policy_for(tool), idx, sequence)
@@ -244,6 +376,8 @@ class RecordedUniverse:
     def _hit(self, index: int, match: str, sequence: bool, divergence: dict[str, Any] | None = None) -> Answer:
         if sequence:
             self._consumed.add(index)
+        if divergence is None:  # exact or keyed: the prebuilt answer
+            return (self._exact if match == "exact" else self._keyed)[index]
         result, is_error = self._answers[index]
         return Answer(result, is_error, match, index, divergence)
 
@@ -288,7 +422,10 @@ class RecordedUniverse:
 
     # ------------------------------------------------------------ the log
 
-    def _record(self, tool: str, args: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    def _entry(self, tool: str, args: dict[str, Any], code: Answer | int, ns: int,
+               perturbation: dict[str, Any] | None) -> dict[str, Any]:
+        """One call's log slots as the documented entry dict."""
+        answer = code if isinstance(code, Answer) else self._exact[code] if code >= 0 else self._keyed[~code]
         entry: dict[str, Any] = {
             "tool_name": tool,
             "args": args,
@@ -296,22 +433,22 @@ class RecordedUniverse:
             "match": answer.match,
             "recording": answer.recording,
             "is_error": answer.is_error,
-            "timestamp_ms": epoch_ms(),
+            "timestamp_ms": ns // 1_000_000,
         }
         if answer.divergence is not None:
             # the spec's place (recording-a-universe.md): call_log() entry extra={"divergence": {...}}
             entry["extra"] = {"divergence": answer.divergence}
         if answer.is_error:
-            rec = self.universe.recordings[answer.recording] if answer.recording is not None else None
-            entry["error"] = rec.error if rec is not None else NO_RECORDED_RESULT
-        self._log.append(entry)
+            entry["error"] = self._errors[answer.recording] if answer.recording is not None else NO_RECORDED_RESULT
+        if perturbation is not None:
+            entry.setdefault("extra", {})["perturbation"] = perturbation
         return entry
 
     def call_log(self) -> list[dict[str, Any]]:
         """Every call of this run, in order: recording-shaped plus `match`, `recording`, `is_error`,
         `timestamp_ms`, `extra.divergence` on a miss (and `error` when the agent was answered with an error)."""
-        with self._lock:
-            return [dict(e) for e in self._log]
+        slots = list(self._log)  # one atomic copy; every call's slots were added by one atomic extend
+        return [self._entry(*slots[i:i + _STRIDE]) for i in range(0, len(slots), _STRIDE)]
 
     def reset(self) -> None:
         """Start a new run: clear the call log and rewind every sequence tool."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,36 @@ def test_call_log_shape_and_on_call() -> None:
     assert set(entry) == {"tool_name", "args", "result", "match", "recording", "is_error", "timestamp_ms"}
     assert entry["timestamp_ms"] > 1_600_000_000_000
     assert seen == [entry]
+
+
+def test_concurrent_calls_lose_no_log_entry_and_consume_each_recording_once() -> None:
+    """Stateless hits append to the log without the lock; sequence tools keep it. From 8 threads at once:
+    every call is logged whole (its own args with its own answer), and each sequence recording is
+    consumed exactly once."""
+    recs = [{"tool_name": "lookup", "args": {"query": f"q{i}"}, "result": i} for i in range(50)]
+    recs += [{"tool_name": "page", "args": {}, "result": p} for p in range(40)]
+    tools = [{"name": "lookup", "input_schema": {}}, {"name": "page", "input_schema": {}, "mode": "sequence"}]
+    u = make(recs, {"arg_keys": {"lookup": ["query"]}}, tools=tools)
+    pages: list[Any] = []
+
+    def worker(n: int) -> None:
+        for i in range(200):
+            q = (n * 7 + i) % 50
+            a = u.call("lookup", {"query": f"q{q}", **({"verbose": True} if i % 2 else {})})
+            assert a.result == q
+            if i % 40 == 0:
+                pages.append(u.call("page", {}).result)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log = u.call_log()
+    assert len(log) == 8 * 200 + len(pages) == 8 * 205
+    assert all(e["result"] == int(e["args"]["query"][1:]) for e in log if e["tool_name"] == "lookup")
+    assert {e["match"] for e in log if e["tool_name"] == "lookup"} == {"exact", "keyed"}
+    assert sorted(pages) == list(range(40))  # 40 calls, 40 recordings: each answered once, none twice
 
 
 # ---------------------------------------------------------------- freezing

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.universe import load_universe
 from wt_otel.replay.mcp_server import UniverseMCPServer
 from wt_otel.replay.universe import RecordedUniverse
@@ -124,6 +125,22 @@ def test_is_error_exactly_for_fail_call_and_recorded_errors(server: UniverseMCPS
     assert recorded.is_error and recorded.content[0].text == "upstream timed out"
     assert not data_error.is_error and data_error.structured_content == {"error": "none found", "ok": True}
     assert not empty.is_error and empty.structured_content == {"result": []}  # an `empty` miss is no error
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_repeated_hits_answer_alike_and_a_perturbation_still_wins(server: UniverseMCPServer, mode: str) -> None:
+    """A recording's wire answer is built once and reused: repeats get the same answer, and a robustness run
+    that perturbs the tool gets its perturbed answer, not the one built for the recording."""
+    hit = ("client_lookup", {"query": "Bluewing"})
+    _, (first, again) = run(call_all(server.url, mode, [hit, hit]))
+    assert first.model_dump() == again.model_dump() and first.structured_content == {"name": "Bluewing", "tier": 2}
+    server.engine.perturbation = Perturbation(kind="error", tool="client_lookup", message="down")
+    _, (perturbed,) = run(call_all(server.url, mode, [hit]))
+    assert perturbed.is_error and perturbed.structured_content == {"error": "down", "tool": "client_lookup"}
+    server.engine.perturbation = None
+    _, (after,) = run(call_all(server.url, mode, [hit]))
+    assert after.model_dump() == first.model_dump()
+    assert [c["match"] for c in server.call_log()] == ["exact"] * 4
 
 
 def test_call_log_in_process_and_over_http(server: UniverseMCPServer) -> None:
