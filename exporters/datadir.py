@@ -70,6 +70,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections import OrderedDict
@@ -149,6 +150,7 @@ class _Job:
     render: RenderJob
     state: str = "pending"  # pending -> running -> ok | gone (quarantined or deferred)
     files: list[str] = field(default_factory=list)
+    retried: bool = False
 
 
 @dataclass
@@ -406,14 +408,16 @@ class DataDirStore:
             except Exception as e:  # noqa: BLE001 - as in `write`
                 self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
                 return False
+            while len(self._jobs) >= self.max_pending and self._pool is not None:  # back-pressure
+                self._collect_locked(0.5)
+                finished += self._commit_locked()
+            # Added after the wait: this job is not committed before `submit` returns (the pipeline sets
+            # `done.resume` once it does).
             self._seq += 1
             revision = self._revisions.get(session.key, 0) + 1
             self._revisions[session.key] = revision  # reserved: a later revision of the key follows it
             self._jobs[self._seq] = _Job(self._seq, session.key, slug, revision, done, job)
             self._collect_locked(0)
-            while len(self._jobs) >= self.max_pending and self._pool is not None:  # back-pressure
-                self._collect_locked(0.5)
-                finished += self._commit_locked()
             self.metrics.set("wt_otel_render_pending", len(self._jobs))
         self._finish(finished)
         return True
@@ -475,6 +479,10 @@ class DataDirStore:
             return
         if out.kind == "error" and out.detail == Unencodable.__name__ and job.render.raw:
             job.state, job.render = "pending", RenderJob(dest, job.slug, session=session)  # render it instead
+            return
+        if out.kind == "died" and out.detail == -signal.SIGTERM and not job.retried:
+            # stopped from outside (systemd signals the whole group at shutdown): not the session's fault
+            job.state, job.retried = "pending", True
             return
         self._gone_locked(job)
         if out.kind == "oserror" and out.detail in DISK_ERRORS:

@@ -81,8 +81,7 @@ def _load(target: str) -> Callable[[RenderJob], list[str]]:
 
 def _worker(conn: multiprocessing.connection.Connection, target: str) -> None:
     """One job at a time: (seq, job) in, (seq, outcome, detail) out; None or a closed pipe ends it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # serve's Ctrl-C drains through the parent, not here
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C drains through the parent, not here
     fn = _load(target)
     while True:
         try:
@@ -220,7 +219,7 @@ class RenderPool:
         for slot in self._slots:
             slot.process.join(timeout)
             if slot.process.is_alive():
-                slot.process.terminate()
+                slot.process.kill()
                 slot.process.join(1)
             slot.conn.close()
         self._slots = []

@@ -1,7 +1,7 @@
 """A render-worker target for fault tests: a session whose key names a fault triggers it in the worker.
 
 `poison` kills the worker process outright (as a segfault or the OOM killer would), `broken` raises, `hang`
-never returns; every other session is written by the real `write_job`.
+never returns, `slow` takes two seconds; every other session is written by the real `write_job`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from wt_otel.exporters.render_pool import RenderJob, write_job as real_write_job
+from wt_otel.exporters.render_pool import RenderJob
+from wt_otel.exporters.render_pool import write_job as real_write_job
 
 
 def write_job(job: RenderJob) -> list[str]:
@@ -20,4 +21,6 @@ def write_job(job: RenderJob) -> list[str]:
         raise RuntimeError(f"cannot render {key}")
     if "hang" in key:
         time.sleep(3600)
+    if "slow" in key:
+        time.sleep(2)
     return real_write_job(job)

@@ -6,7 +6,9 @@ Real worker processes (forkserver), real producer fixtures, byte-for-byte compar
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -136,6 +138,21 @@ def test_a_worker_that_hangs_is_stopped_and_its_session_quarantined(tmp_path):
     assert [e["key"] for e in read_index(tmp_path).entries] == ["fine"]
     [q] = (tmp_path / "quarantine").iterdir()
     assert "did not finish within 0.5 s" in (q / "reason.txt").read_text()
+
+
+def test_a_worker_stopped_from_outside_hands_its_session_to_its_replacement(tmp_path):
+    """SIGTERM to the whole process group (systemd at shutdown) is not the session's fault: no quarantine."""
+    store = DataDirStore(tmp_path, workers=1, worker_target=FAULTS)
+    submit(store, "slow-one", 1)
+    [slot] = store._pool._slots
+    deadline = time.monotonic() + 30
+    while slot.busy is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(slot.process.pid, signal.SIGTERM)
+    store.drain()
+    store.close()
+    assert [e["key"] for e in read_index(tmp_path).entries] == ["slow-one"]
+    assert not (tmp_path / "quarantine").exists()
 
 
 def test_index_lines_of_one_tick_are_one_commit_in_submission_order(tmp_path):
