@@ -24,8 +24,10 @@ pipeline thread goes on; the store appends the index lines of finished jobs in
 submission order, all lines of one tick with one fsync (`retry_deferred`, each
 pipeline tick). A job the workers cannot finish (an exception, a worker that
 dies or hangs) is quarantined as below. With `workers: 0`, `write()` does it all
-in the calling thread, one fsync per session. The last line of a key is its current revision;
-flagged sessions (incidents to replay) are the lines with `flagged: true`.
+in the calling thread, one fsync per session.
+
+The last line of a key is its current revision; flagged sessions (incidents to
+replay) are the lines with `flagged: true`.
 
 Revisions replace: a late span rewrites `sessions/<slug>/` as revision N+1
 (a superset of N, see processors/assembler.py) and appends a new index line;
@@ -557,10 +559,6 @@ class DataDirStore:
         """Keys whose latest revision is kept as records only, in index order."""
         with self._lock:
             return [k for k in self._slugs if k in self._raw]
-
-    def is_rendered(self, name: str) -> bool:
-        with self._lock:
-            return self.resolve(name)[0] not in self._raw
 
     def render(self, name: str) -> Written | None:
         """Render a session kept as records (render: flagged) into its six files, as a new index revision.
