@@ -795,6 +795,17 @@ class DataDirStage:
         """At shutdown, before any stage closes: finish what the workers hold, run the stages after it."""
         self.store.drain()
 
+    def _render_continued(self, key: str) -> None:
+        """A flagged continuation (`<key>~N`, late records after the first part's were dropped): the part it
+        continues is evidence of the same incident, so it is rendered too when it was kept as records."""
+        try:
+            written = self.store.render(key)
+        except (ValueError, OSError) as e:
+            log.warning("session %s: not rendered for its flagged continuation: %s", key, e)
+            return
+        if written is not None and not self.ctx.quiet:
+            self.ctx.emit(f"rendered {written.path} (revision {written.revision}): its continuation was flagged")
+
     def _announce(self, done: CompletedSession, written: Written) -> None:
         session = done.session
         if not self.ctx.quiet:
@@ -802,6 +813,8 @@ class DataDirStage:
             flag = f", flagged {session.flag_ref}" if session.flagged else ""
             kept = "" if written.entry.get("rendered", True) else ", records only: wt-otel sessions render"
             self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag}{kept})")
+        if session.flagged and "~" in session.key:
+            self._render_continued(session.key.split("~", 1)[0])
         for callback in self.ctx.on_written:
             callback(written)
 

@@ -249,3 +249,21 @@ def test_sessions_render_twice_is_harmless(tmp_path):
     assert again.exit_code == 0 and "already rendered" in again.output
     nothing = CliRunner().invoke(main, ["sessions", "render", "--all", "--data-dir", str(tmp_path)])
     assert nothing.exit_code == 0 and "nothing to render" in nothing.output
+
+
+def test_a_flagged_continuation_renders_the_part_it_continues(tmp_path):
+    from wt_otel.components import StageContext
+    from wt_otel.exporters.datadir import DataDirStage
+
+    store = DataDirStore(tmp_path, render="flagged")
+    stage = DataDirStage(store, StageContext(serve_config=None, metrics=Metrics(), quiet=True))
+    first = weather_session(tid(4))
+    stage.on_session(CompletedSession(build_session(first, key=tid(4)), first))
+    assert read_index(tmp_path).latest()[tid(4)]["rendered"] is False
+    late = weather_session(tid(4))
+    late[-1].attributes["wt.incident"] = "INC-CONT"
+    stage.on_session(CompletedSession(build_session(late, key=f"{tid(4)}~2"), late))
+    store.close()
+    latest = read_index(tmp_path).latest()
+    assert latest[f"{tid(4)}~2"]["flagged"] and latest[f"{tid(4)}~2"]["rendered"]
+    assert latest[tid(4)]["rendered"] is True and latest[tid(4)]["revision"] == 2
