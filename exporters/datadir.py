@@ -90,6 +90,7 @@ from wt_otel._util.journal import Journal
 from wt_otel.components import CompletedSession, StageContext, StageType
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
 from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
+from wt_otel.exporters.scenario_dir import render
 from wt_otel.ingest.sessions import build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
@@ -351,10 +352,10 @@ class DataDirStore:
             revision = self._revisions.get(session.key, 0) + 1
             job = self._render_job(session, spans, slug)
             try:
-                files = job_files(job)
+                files = job_files(job, render)  # this module's `render`: the seam fault tests replace
             except Unencodable:  # a value OTLP cannot carry: render it instead of keeping its records
                 job = RenderJob(job.dest, slug, session=session)
-                files = job_files(job)
+                files = job_files(job, render)
         except Exception as e:  # noqa: BLE001 - any bug in rendering must cost this session only
             self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
             return None
@@ -589,7 +590,7 @@ class DataDirStore:
 
     def _render_raw_locked(self, session: Session, slug: str) -> Written:
         dest = self.sessions / slug
-        files = job_files(RenderJob(str(dest), slug, session=session))
+        files = job_files(RenderJob(str(dest), slug, session=session), render)
         self.write_dir(dest, files, force=True, durable=True)
         revision = self._revisions.get(session.key, 0) + 1
         entry = self._entry(session, slug, revision, sorted(files), rendered=True)

@@ -56,10 +56,11 @@ class RenderJob:
         return self.session is None
 
 
-def job_files(job: RenderJob) -> dict[str, str | bytes]:
+def job_files(job: RenderJob, render_fn: Callable[[Session, str], dict[str, str | bytes]] | None = None
+              ) -> dict[str, str | bytes]:
     """The files of one job: the six of `wt-otel import`, or the records and the session's own fields."""
     if job.session is not None:
-        return render(job.session, job.slug)
+        return (render_fn or render)(job.session, job.slug)
     return {RAW_FILE: encode_records(job.spans or []), META_FILE: safejson.dumps(job.meta or {})}
 
 

@@ -166,8 +166,10 @@ class SessionPipeline:
                 start()
 
     def flush(self, now: float | None = None) -> int:
-        """Write every open session now (force_flush)."""
-        return self.assembler.flush(time.time() if now is None else now)
+        """Write every open session now (force_flush), render workers included."""
+        n = self.assembler.flush(time.time() if now is None else now)
+        self.drain_stages()
+        return n
 
     def close_stages(self) -> None:
         """Close the session stages in reverse order (the replay worker before the data dir it reads)."""

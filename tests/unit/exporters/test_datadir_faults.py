@@ -12,7 +12,6 @@ import pytest
 from tests.support.hostile import HUGE_INT_ARGS, SURROGATE_TEXT, genai_session, tid
 from wt_otel.contracts import validate_data
 from wt_otel.exporters import datadir as datadir_mod
-from wt_otel.exporters import render_pool
 from wt_otel.exporters.datadir import DataDirStore, read_index
 from wt_otel.ingest.sessions import build_session
 from wt_otel.serve.metrics import Metrics
@@ -60,8 +59,8 @@ def test_a_session_that_cannot_be_rendered_is_quarantined_with_its_records(tmp_p
             raise TypeError("Integer exceeds 64-bit range")
         return real(session, slug, *a, **kw)
 
-    real = render_pool.render  # the one render both the pipeline thread and the render workers call
-    monkeypatch.setattr(render_pool, "render", broken_render)
+    real = datadir_mod.render
+    monkeypatch.setattr(datadir_mod, "render", broken_render)
     with DataDirStore(tmp_path, metrics) as store:
         assert store.write(build_session(bad, key=tid(1)), bad) is None
         assert store.write(build_session(good, key=tid(2)), good) is not None  # nothing else affected
