@@ -483,6 +483,9 @@ class DataDirStore:
         if out.kind == "error" and out.detail == Unencodable.__name__ and job.render.raw:
             job.state, job.render = "pending", RenderJob(dest, job.slug, session=session)  # render it instead
             return
+        if out.kind == "requeue":  # the worker was gone before it took the job: another one will
+            job.state = "pending"
+            return
         if out.kind == "died" and out.detail == -signal.SIGTERM and not job.retried:
             # stopped from outside (systemd signals the whole group at shutdown): not the session's fault
             job.state, job.retried = "pending", True

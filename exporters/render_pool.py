@@ -21,10 +21,13 @@ import importlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import queue
 import signal
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +110,7 @@ def _worker(conn: multiprocessing.connection.Connection, target: str) -> None:
 @dataclass
 class Outcome:
     """What came back for job `seq`: `ok` (files), `oserror` (errno, message), `error` (class name, message),
-    or `died` (the worker's exit code, message)."""
+    `died` (the worker's exit code, message), or `requeue` (its worker died before taking it)."""
 
     seq: int
     kind: str
@@ -119,13 +122,35 @@ class Outcome:
 class _Slot:
     process: Any
     conn: multiprocessing.connection.Connection
+    inbox: queue.SimpleQueue[tuple[int, bytes] | None] = field(default_factory=queue.SimpleQueue)
     busy: int | None = None  # the seq of the job it holds
     since: float = 0.0  # when it got that job (monotonic)
+    hung: bool = False
+
+
+def _io(slot: _Slot, outbox: queue.SimpleQueue[tuple[str, _Slot, Any]]) -> None:
+    """One thread per worker does its pipe I/O, without the GIL while it waits: the pipeline thread only
+    pickles a job and queues it (a busy 2-core machine makes each pipe round trip cost milliseconds)."""
+    while True:
+        item = slot.inbox.get()
+        if item is None:
+            return
+        seq, data = item
+        try:
+            slot.conn.send_bytes(data)
+        except (OSError, ValueError):  # died before it took the job: not the job's fault
+            outbox.put(("requeue", slot, seq))
+            return
+        try:
+            outbox.put(("reply", slot, slot.conn.recv()))
+        except (EOFError, OSError, ValueError):
+            outbox.put(("died", slot, seq))
+            return
 
 
 class RenderPool:
-    """`workers` processes; `idle()`, `send(seq, job)`, `poll(timeout)` -> outcomes, `close()`. Not thread-safe:
-    the data-dir store calls it under its lock."""
+    """`workers` processes; `idle()`, `send(seq, job)`, `poll(timeout)` -> outcomes, `close()`. The data-dir
+    store calls it under its lock (one caller at a time); each worker's pipe is served by its own thread."""
 
     def __init__(self, workers: int, target: str = DEFAULT_TARGET, on_restart: Callable[[], None] | None = None,
                  job_timeout: float = 120.0) -> None:
@@ -136,6 +161,7 @@ class RenderPool:
         self.job_timeout = job_timeout  # a session that hangs its worker (a pathological regex, say) is poison too
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["wt_otel.exporters.render_pool", target.partition(":")[0]])
+        self._outbox: queue.SimpleQueue[tuple[str, _Slot, Any]] = queue.SimpleQueue()
         self._slots: list[_Slot] = []
         try:
             for _ in range(workers):
@@ -149,7 +175,9 @@ class RenderPool:
         process = self._ctx.Process(target=_worker, args=(child, self.target), name="wt-otel-render", daemon=True)
         process.start()
         child.close()
-        return _Slot(process, parent)
+        slot = _Slot(process, parent)
+        threading.Thread(target=_io, args=(slot, self._outbox), name="wt-otel-render-io", daemon=True).start()
+        return slot
 
     @property
     def size(self) -> int:
@@ -164,47 +192,50 @@ class RenderPool:
 
     def send(self, seq: int, job: RenderJob) -> None:
         """Hand `job` to an idle worker. Raises what pickling the job raised (the caller quarantines it)."""
+        data = bytes(ForkingPickler.dumps((seq, job)))
         slot = next(s for s in self._slots if s.busy is None)
-        try:
-            slot.conn.send((seq, job))  # pickles whole before writing: a pickling failure leaves the pipe clean
-        except OSError:  # the idle worker died (killed from outside): replace it and try once more
-            slot.process.join(1)
-            self._replace(slot, f"idle, {_exit_text(slot.process.exitcode)}")
-            slot = next(s for s in self._slots if s.busy is None)
-            slot.conn.send((seq, job))
         slot.busy, slot.since = seq, time.monotonic()
+        slot.inbox.put((seq, data))
 
     def poll(self, timeout: float = 0.0) -> list[Outcome]:
-        """Outcomes ready within `timeout` seconds; a dead worker yields `died` for its job and is replaced."""
-        waiting = [s for s in self._slots if s.busy is not None]
-        if not waiting:
-            return []
-        ready = multiprocessing.connection.wait([s.conn for s in waiting] + [s.process.sentinel for s in waiting],
-                                                timeout)
+        """Outcomes ready within `timeout` seconds; a dead worker yields `died` for its job and is replaced
+        (`requeue` when it died before taking the job), a worker past `job_timeout` is killed first."""
         out: list[Outcome] = []
-        for slot in waiting:
-            if slot.conn in ready or slot.conn.poll():
-                try:
-                    seq, kind, detail, message = slot.conn.recv()
-                except (EOFError, OSError):
-                    pass  # died mid-reply: handled below with the sentinel
-                else:
-                    slot.busy = None
-                    out.append(Outcome(seq, kind, detail, message))
-                    continue
-            hung = time.monotonic() - slot.since > self.job_timeout
-            if slot.process.sentinel in ready or not slot.process.is_alive() or hung:
-                if hung:
-                    slot.process.kill()
-                slot.process.join(1)
-                code = slot.process.exitcode
-                why = f"did not finish within {self.job_timeout:g} s" if hung else f"died with {_exit_text(code)}"
-                out.append(Outcome(slot.busy if slot.busy is not None else -1, "died", code,
+        now = time.monotonic()
+        for slot in self._slots:
+            if slot.busy is not None and not slot.hung and now - slot.since > self.job_timeout:
+                slot.hung = True
+                slot.process.kill()  # its I/O thread then reads EOF and reports it
+        if not any(s.busy is not None for s in self._slots):
+            return out
+        items: list[tuple[str, _Slot, Any]] = []
+        try:
+            items.append(self._outbox.get(timeout=timeout) if timeout > 0 else self._outbox.get_nowait())
+            while True:
+                items.append(self._outbox.get_nowait())
+        except queue.Empty:
+            pass
+        for what, slot, detail in items:
+            if slot not in self._slots:
+                continue  # a slot already replaced
+            if what == "reply":
+                seq, kind, result, message = detail
+                slot.busy = None
+                out.append(Outcome(seq, kind, result, message))
+                continue
+            slot.process.join(1)
+            code = slot.process.exitcode
+            why = f"did not finish within {self.job_timeout:g} s" if slot.hung else f"died with {_exit_text(code)}"
+            if what == "requeue":
+                out.append(Outcome(detail, "requeue", code, f"render worker {why} before it took this session"))
+            else:
+                out.append(Outcome(detail, "died", code,
                                    f"render worker (pid {slot.process.pid}) {why} while writing this session"))
-                self._replace(slot, why)
+            self._replace(slot, why)
         return out
 
     def _replace(self, slot: _Slot, why: str) -> None:
+        slot.inbox.put(None)
         slot.conn.close()
         fresh = self._start()
         self._slots[self._slots.index(slot)] = fresh
@@ -213,7 +244,7 @@ class RenderPool:
             self.on_restart()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask each worker to exit after its job; terminate the ones still running after `timeout`."""
+        """Ask each worker to exit after its job; kill the ones still running after `timeout`."""
         for slot in self._slots:
             with contextlib.suppress(OSError, ValueError):
                 slot.conn.send(None)
@@ -222,6 +253,7 @@ class RenderPool:
             if slot.process.is_alive():
                 slot.process.kill()
                 slot.process.join(1)
+            slot.inbox.put(None)
             slot.conn.close()
         self._slots = []
 
