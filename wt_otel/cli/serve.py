@@ -109,7 +109,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     if server.http_url is not None:
         log.info("OTLP/HTTP listening on %s (/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)",
                  server.http_url)
-    log.info("data dir: %s", config.data_dir)
+    workers = config.datadir.workers
+    log.info("data dir: %s (render %s; %s)", config.data_dir, config.datadir.render,
+             f"{workers} render worker process(es)" if workers else "rendered in the pipeline thread")
     if server.replay is not None:
         log.info("replay: flagged incidents -> %s (%s, llm %s); runs in %s; result spans %s", server.replay.endpoint,
                  config.replay.runtime, config.replay.llm, config.runs_dir, server.replay.results_target)

@@ -32,6 +32,7 @@ from wt_otel.serve.receivers.config import ReceiversConfig
 __all__ = [
     "AssemblerConfig",
     "ConfigError",
+    "DataDirConfig",
     "default_flag_rules",
     "FilterConfig",
     "FlagRule",
@@ -113,6 +114,21 @@ class QueueConfig(_Strict):
                                          "also the most traces one request may carry")
     session_window: float = Field(30.0, gt=0)
     fair_share_pressure: float = Field(0.5, ge=0, le=1)
+
+
+class DataDirConfig(_Strict):
+    """How the `datadir` stage writes sessions (exporters/datadir.py, exporters/render_pool.py)."""
+
+    render: Literal["all", "flagged"] = Field(
+        "all", description="all: every session revision is rendered into the six files of `wt-otel import`; "
+                           "flagged: only flagged ones, the others are kept as their index line plus their records "
+                           "(sessions/<slug>/records.otlp.pb) and rendered on demand (`wt-otel sessions render`, "
+                           "`wt-otel flag`, a late flag); with the redactor on, every session is rendered")
+    workers: int = Field(2, ge=0, le=32, description="worker processes that render and write sessions off the "
+                         "pipeline thread (forkserver); 0: in the pipeline thread (the in-app SDK processor's "
+                         "default)")
+    max_pending: int = Field(256, gt=0, description="sessions handed to the workers and not yet indexed; past it "
+                             "the pipeline thread waits for the workers (the queue in front then refuses exports)")
 
 
 class ReplayResultsConfig(_Strict):
@@ -214,6 +230,7 @@ class ServeConfig(_Strict):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
     data_dir: Path = Field(Path("wt-data"), description="sessions, scenarios, replay queue and runs")
+    datadir: DataDirConfig = Field(default_factory=DataDirConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)

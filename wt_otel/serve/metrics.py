@@ -36,6 +36,12 @@ HELP = {
     "wt_otel_sessions_deferred": "Sessions kept in memory while the data dir cannot be written.",
     "wt_otel_sessions_quarantined_total": "Sessions set aside in <data-dir>/quarantine (a stage failed on them).",
     "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
+    "wt_otel_sessions_kept_unrendered_total": "Session revisions kept as records only (datadir.render: flagged).",
+    "wt_otel_sessions_rendered_on_demand_total": "Sessions rendered later from their records (sessions render, flag).",
+    "wt_otel_render_workers": "Render worker processes (datadir.workers).",
+    "wt_otel_render_pending": "Session revisions handed to the render workers and not yet indexed.",
+    "wt_otel_render_worker_restarts_total": "Render workers that died or hung on a session and were replaced.",
+    "wt_otel_index_commits_total": "Group commits (one fsync each) of index lines for sessions the workers wrote.",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_span_index_info": "1, labelled with the span index implementation serve runs (native: the C "

@@ -21,6 +21,7 @@ finishes or abandons its replay within a bounded wait, and only then is the data
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -107,7 +108,14 @@ class SessionPipeline:
                 return None
             if name == "flagger":
                 after_flagger = n + 1
+            if done.pending:  # finished later (a render worker): the stage calls `resume` for the rest
+                done.resume = functools.partial(self._resume, done, n + 1)
+                return after_flagger
         return after_flagger
+
+    def _resume(self, done: CompletedSession, start: int) -> None:
+        done.pending = False
+        self._run_stages(done, start)
 
     def _say_if_no_content(self, session: Session) -> None:
         """Content capture off (the default of GenAI instrumentations): said once per service, with the
@@ -160,8 +168,10 @@ class SessionPipeline:
                 start()
 
     def flush(self, now: float | None = None) -> int:
-        """Write every open session now (force_flush)."""
-        return self.assembler.flush(time.time() if now is None else now)
+        """Write every open session now (force_flush), render workers included."""
+        n = self.assembler.flush(time.time() if now is None else now)
+        self.drain_stages()
+        return n
 
     def close_stages(self) -> None:
         """Close the session stages in reverse order (the replay worker before the data dir it reads)."""
@@ -177,7 +187,18 @@ class SessionPipeline:
             self.queue.stop(timeout)
         else:
             self.head.close()
+        self.drain_stages()
         self.close_stages()
+
+    def drain_stages(self) -> None:
+        """Let stages that finish sessions later (render workers) finish them, in order, before any stage closes."""
+        for name, stage in self.session_stages:
+            drain = getattr(stage, "drain", None)
+            if callable(drain):
+                try:
+                    drain()
+                except Exception:
+                    log.exception("stage %s: drain failed", name)
 
 
 def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit: Callable[[str], None] = print,
