@@ -54,6 +54,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -150,6 +151,7 @@ class DataDirStore:
         self.recovery: list[str] = []  # what start-up repaired, for the log
         self.on_health: Callable[[str | None], None] | None = None  # serve: stop/resume acknowledging
         self.write_dir = write_directory  # the seam fault-injection tests replace (ENOSPC, EIO)
+        self.replayed_below = -1  # serve: segment positions below it are replayed from a previous run
         self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
         self.degraded: str | None = None
         self._clean_temp_dirs()
@@ -162,9 +164,13 @@ class DataDirStore:
             index = read_index(self.root)
         self._slugs: dict[str, str] = {}
         self._revisions: dict[str, int] = {}
+        self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
+            content, pos = e.get("content"), e.get("segment_pos")
+            self._contents[e["key"]] = (content if isinstance(content, str) else None,
+                                        pos if isinstance(pos, int) and not isinstance(pos, bool) else None)
         self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
         self._reindex_orphans()
 
@@ -216,6 +222,16 @@ class DataDirStore:
         with self._lock:
             return key in self._slugs
 
+    def segment_pos(self, key: str) -> int | None:
+        """The lowest segment-log position of the key's latest revision (None: unknown, or not from serve's log)."""
+        with self._lock:
+            return self._contents.get(key, (None, None))[1]
+
+    def pinned_position(self) -> int:
+        """The lowest segment-log position a deferred session holds (-1: none): the log keeps it until written."""
+        with self._lock:
+            return min((p for _, spans in self._deferred.values() for p in _positions(spans)), default=-1)
+
     def slug_for(self, session: Session) -> str:
         slug = self._slugs.get(session.key)
         if slug is None:
@@ -260,6 +276,13 @@ class DataDirStore:
         return 0
 
     def _write_or_defer(self, session: Session, spans: object, first: bool = False) -> Written | None:
+        content, pos = _content(spans)
+        if content is not None and self._contents.get(session.key, (None, None))[0] == content and \
+                max(_positions(spans), default=-1) < self.replayed_below:
+            # rebuilt from serve's segment log after a restart with the very records written before: no new
+            # revision (outside a replay, the same spans sent again still make one, as before)
+            self.metrics.inc("wt_otel_sessions_unchanged_total")
+            return None
         try:
             slug = self.slug_for(session)
             revision = self._revisions.get(session.key, 0) + 1
@@ -271,6 +294,8 @@ class DataDirStore:
         try:
             self.write_dir(dest, files, force=True, durable=True)
             entry = self._entry(session, slug, revision, sorted(files))
+            if content is not None:
+                entry["content"], entry["segment_pos"] = content, pos
             self._append(entry)
         except OSError as e:
             if e.errno in DISK_ERRORS:
@@ -279,6 +304,7 @@ class DataDirStore:
                 self._quarantine(session, spans, f"cannot write {dest}: {e}")
             return None
         self._revisions[session.key] = revision
+        self._contents[session.key] = (content, pos)
         self.metrics.inc("wt_otel_sessions_written_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -310,6 +336,9 @@ class DataDirStore:
                          + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
             revision = self._revisions.get(key, 0) + 1
             entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+            content, pos = self._contents.get(key, (None, None))
+            if content is not None:  # the same records: a replay must not undo the flag with a "new" revision
+                entry["content"], entry["segment_pos"] = content, pos
             self._append(entry)
             self._revisions[key] = revision
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
@@ -423,6 +452,20 @@ def _rewrite(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+def _positions(spans: object) -> list[int]:
+    return [p for s in spans if (p := getattr(s, "segment_pos", -1)) >= 0] if isinstance(spans, list | tuple) else []
+
+
+def _content(spans: object) -> tuple[str | None, int | None]:
+    """A digest of which records a revision holds (span ids, and the events each carries: logs attach as
+    events), and its lowest segment-log position; (None, None) without spans."""
+    if not isinstance(spans, list | tuple) or not spans:
+        return None, None
+    parts = sorted(f"{getattr(s, 'span_id', '')}:{len(getattr(s, 'events', ()) or ())}" for s in spans)
+    digest = hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:32]
+    return digest, min(_positions(spans), default=None)
+
+
 def _plain(record: Any) -> Any:
     """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
     deep-copies every value recursively and overflows the stack on hostile nesting."""

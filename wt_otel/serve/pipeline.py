@@ -23,11 +23,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from wt_otel._util.sizeof import record_bytes
 from wt_otel.model.spans import Record
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
 from wt_otel.serve.metrics import Metrics
+
+if TYPE_CHECKING:
+    from wt_otel.serve.segments import SegmentLog
 
 log = logging.getLogger("wt_otel.serve.pipeline")
 
@@ -64,7 +68,9 @@ class Pipeline:
         self.admission = admission or AdmissionControl(
             BudgetConfig(max_records=max_queued_records), held=held if callable(held) else None)
         self.housekeeping = list(housekeeping)  # run on the worker at every tick (retry deferred writes)
-        self._queue: queue.Queue[tuple[Sequence[Record], int] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Sequence[Record], int, int] | None] = queue.Queue()
+        self.on_consumed: Callable[[int], None] | None = None  # the segment log's release (durable ingest)
+        self.segments: SegmentLog | None = None  # set by serve: export() then appends before acknowledging
         self._queued = 0
         self._queued_bytes = 0
         self._lock = threading.Lock()
@@ -100,23 +106,52 @@ class Pipeline:
             self._queued_bytes += decision.nbytes
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
-            self._queue.put((records, decision.nbytes))
+            self._queue.put((records, decision.nbytes, -1))
         return PipelineAdmission.ACCEPTED, ""
+
+    # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
+    # budget (a request in the segment log is acknowledged; refusing it then would only duplicate it on retry).
+
+    def check(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
+        """`admit`'s verdict without queuing anything."""
+        with self._lock:
+            if self._closed:
+                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
+            decision = self.admission.check(records, self._queued_bytes, self._queued, client)
+        if decision.verdict is not Verdict.ADMIT:
+            return _VERDICTS[decision.verdict], decision.reason
+        return PipelineAdmission.ACCEPTED, ""
+
+    def put(self, records: Sequence[Record], position: int) -> bool:
+        """Queue records already in the segment log at `position`; `on_consumed(position)` once the consumer has
+        them. False when shutting down (they stay in the log for the next start)."""
+        with self._lock:
+            if self._closed:
+                return False
+            nbytes = sum(record_bytes(r) for r in records)
+            self._queued += len(records)
+            self._queued_bytes += nbytes
+            self.metrics.set("wt_otel_queue_depth", self._queued)
+            self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
+            self._queue.put((records, nbytes, position))
+        return True
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
-            batch: tuple[Sequence[Record], int] | None
+            batch: tuple[Sequence[Record], int, int] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
-                batch = ((), 0)
+                batch = ((), 0, -1)
             if batch is None:
                 break
             now = time.time()
             if batch[0]:
-                records, nbytes = batch
+                records, nbytes, position = batch
                 self._safely(self.consumer.consume, records, now)
+                if position >= 0 and self.on_consumed is not None:
+                    self.on_consumed(position)
                 with self._lock:
                     self._queued -= len(records)
                     self._queued_bytes -= nbytes

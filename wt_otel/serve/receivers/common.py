@@ -46,9 +46,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.model.spans import LogRecord, Record, SpanRecord
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
+from wt_otel.serve.segments import SegmentFull, SegmentLog, SegmentUnavailable
 
 # Told to clients in Retry-After / RetryInfo when the queue is full or we are shutting down.
 RETRY_AFTER_SECONDS = 1
@@ -246,6 +248,9 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
     if not decoded.records:
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+    segments = getattr(pipeline, "segments", None)
+    if segments is not None:  # durable ingest: acknowledged only once in the segment log
+        return _durable_export(signal, body, encoding, decoded, pipeline, segments, metrics, client)
     admit = getattr(pipeline, "admit", None)  # a bare `offer(records)` sink (the demo's) still works
     admission, reason = admit(decoded.records, client) if admit else (pipeline.offer(decoded.records), "")
     n = len(decoded.records)
@@ -254,6 +259,58 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
     if admission is PipelineAdmission.FULL:
         metrics.inc("wt_otel_records_rejected_total", n, reason="queue_full")
+        return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({n} records refused); "
+                                          f"retry after {RETRY_AFTER_SECONDS}s")
+    if admission is PipelineAdmission.TOO_LARGE:
+        metrics.inc("wt_otel_records_rejected_total", n, reason="batch_too_large")
+        return ExportResult(Outcome.TOO_LARGE, f"{reason} ({n} records refused)")
+    if admission is PipelineAdmission.UNAVAILABLE:
+        metrics.inc("wt_otel_records_rejected_total", n, reason="store_unavailable")
+        return ExportResult(Outcome.UNAVAILABLE, f"wt-otel cannot write its data dir ({reason}); nothing was "
+                                                 f"accepted, retry after {RETRY_AFTER_SECONDS}s")
+    metrics.inc("wt_otel_records_rejected_total", n, reason="shutting_down")
+    return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
+
+
+def _durable_export(signal: Signal, body: bytes | Message, encoding: Encoding, decoded: Decoded, pipeline: Pipeline,
+                    segments: SegmentLog, metrics: Metrics, client: str | None) -> ExportResult:
+    """`export` with a segment log: admission check, append, wait for the group commit, then queue.
+
+    Refused before the append (budget) or when the append or fsync fails: nothing is acknowledged. Once
+    the bytes are fsynced the request is acknowledged even if serve is stopping: it is replayed next start."""
+    records, n = decoded.records, len(decoded.records)
+    admission, reason = pipeline.check(records, client)
+    if admission is not PipelineAdmission.ACCEPTED:
+        return _refused(admission, reason, n, metrics)
+    if encoding is Encoding.PROTOBUF and not decoded.rejected:
+        data = body if isinstance(body, bytes) else body.SerializeToString()
+    else:  # OTLP/JSON, or rejected records: store what was accepted, as protobuf (one format in the log)
+        request = traces_request(records) if signal is Signal.TRACES else logs_request(records)  # type: ignore[arg-type]
+        data = request.SerializeToString()
+    try:
+        ticket = segments.append(signal.value, data)
+    except SegmentFull as e:
+        return _refused(PipelineAdmission.FULL, str(e), n, metrics, "segment_log_full")
+    except SegmentUnavailable as e:
+        return _refused(PipelineAdmission.UNAVAILABLE, str(e), n, metrics)
+    try:
+        segments.wait(ticket)
+    except SegmentUnavailable as e:
+        segments.release(ticket.pos)
+        return _refused(PipelineAdmission.UNAVAILABLE, str(e), n, metrics)
+    for record in records:
+        record.segment_pos = ticket.pos
+    if not pipeline.put(records, ticket.pos):  # stopping: it stays pinned, past the last checkpoint
+        metrics.inc("wt_otel_records_deferred_to_restart_total", n)
+    metrics.inc("wt_otel_records_accepted_total", n)
+    return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+
+
+def _refused(admission: PipelineAdmission, reason: str, n: int, metrics: Metrics,
+             full_reason: str = "queue_full") -> ExportResult:
+    """The answer to a refused request (as `export` gives for the in-memory queue)."""
+    if admission is PipelineAdmission.FULL:
+        metrics.inc("wt_otel_records_rejected_total", n, reason=full_reason)
         return ExportResult(Outcome.FULL, f"{reason or 'the pipeline queue is full'} ({n} records refused); "
                                           f"retry after {RETRY_AFTER_SECONDS}s")
     if admission is PipelineAdmission.TOO_LARGE:
