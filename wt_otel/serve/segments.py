@@ -393,9 +393,8 @@ class SegmentLog:
             if needed is not None and needed >= 0:
                 candidates.append(needed)
             cp = min(candidates)
-            if self._open and time.monotonic() - self._born > self.segment_max_age and not self._pins and \
-                    (needed is None or needed < 0 or split(needed)[0] < self._generation):
-                self._rotate_locked()
+            if self._open and time.monotonic() - self._born > self.segment_max_age:
+                self._rotate_locked()  # so a quiet log's generation can be deleted once written
         if cp != self._checkpoint.position:
             self._write_checkpoint(cp)
         self._delete_below(split(cp)[0])
