@@ -208,16 +208,7 @@ class SegmentLog:
         """(signal, position, request bytes) of every entry at or past the checkpoint, oldest generation first.
 
         Only what the previous run left (generations before this run's first); the caller decodes."""
-        start = self._checkpoint.position
-        for generation in self.opened.generations:
-            for sig, signal in enumerate(SIGNALS):
-                path = self.dir / segment_name(generation, signal)
-                if not path.exists() or position(generation, sig, path.stat().st_size) <= start:
-                    continue
-                for offset, data in _frames(path):
-                    pos = position(generation, sig, offset)
-                    if pos >= start:
-                        yield signal, pos, data
+        yield from _entries(self.dir, self.opened.generations, self._checkpoint.position)
 
     # ------------------------------------------------------------------ appending
 
@@ -460,6 +451,29 @@ class SegmentLog:
         if cp != self._checkpoint.position:
             self._write_checkpoint(cp)
         self._delete_below(split(cp)[0])
+
+
+def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:
+    """What the next start of serve would replay from `data_dir` (read-only: nothing is repaired or written)."""
+    directory = Path(data_dir) / SEGMENTS
+    try:
+        checkpoint = Checkpoint.model_validate_json((directory / CHECKPOINT).read_bytes())
+    except (OSError, ValidationError):
+        checkpoint = Checkpoint()
+    gens = sorted({int(m.group(1)) for p in directory.iterdir() if (m := _NAME.match(p.name))})
+    yield from _entries(directory, gens, checkpoint.position)
+
+
+def _entries(directory: Path, generations: list[int], start: int) -> Iterator[tuple[str, int, bytes]]:
+    for generation in generations:
+        for sig, signal in enumerate(SIGNALS):
+            path = directory / segment_name(generation, signal)
+            if not path.exists() or position(generation, sig, path.stat().st_size) <= start:
+                continue
+            for offset, data in _frames(path):
+                pos = position(generation, sig, offset)
+                if pos >= start:
+                    yield signal, pos, data
 
 
 def _frames(path: Path) -> Iterator[tuple[int, bytes]]:
