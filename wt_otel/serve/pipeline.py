@@ -71,6 +71,8 @@ class Pipeline:
         self._queue: queue.Queue[tuple[Sequence[Record], int, int] | None] = queue.Queue()
         self.on_consumed: Callable[[int], None] | None = None  # the segment log's release (durable ingest)
         self.segments: SegmentLog | None = None  # set by serve: export() then appends before acknowledging
+        self.drain_deadline: float | None = None  # stopping: past it (monotonic), logged batches are not drained
+        self.left_in_log = 0
         self._queued = 0
         self._queued_bytes = 0
         self._lock = threading.Lock()
@@ -149,9 +151,12 @@ class Pipeline:
             now = time.time()
             if batch[0]:
                 records, nbytes, position = batch
-                self._safely(self.consumer.consume, records, now)
-                if position >= 0 and self.on_consumed is not None:
-                    self.on_consumed(position)
+                if position >= 0 and self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+                    self.left_in_log += 1  # stopping, past the deadline: it stays in the segment log (pinned)
+                else:
+                    self._safely(self.consumer.consume, records, now)
+                    if position >= 0 and self.on_consumed is not None:
+                        self.on_consumed(position)
                 with self._lock:
                     self._queued -= len(records)
                     self._queued_bytes -= nbytes
@@ -179,6 +184,9 @@ class Pipeline:
             self._queue.put(None)
         if self._worker.is_alive():
             self._worker.join(timeout)
+        if self.left_in_log:
+            log.warning("shutdown deadline: %d queued request(s) left in the segment log for the next start",
+                        self.left_in_log)
         self._safely(self.consumer.close)
         for job in self.housekeeping:  # a last try at writes deferred by a full disk
             self._safely(job)

@@ -329,7 +329,8 @@ class Server:
         if self.segments is None or self.stages.queue is None:
             self.stages.stop()
             return
-        self.stages.assembler.close_deadline = time.monotonic() + self.config.durability.shutdown_deadline
+        deadline = time.monotonic() + self.config.durability.shutdown_deadline
+        self.stages.assembler.close_deadline = self.stages.queue.drain_deadline = deadline
         self.stages.queue.stop()
         needed = self._needed_position()
         self.stages.close_stages()

@@ -305,3 +305,30 @@ def test_the_log_refuses_past_its_cap_and_after_close(tmp_path: Path) -> None:
 
 def test_records_carry_no_position_outside_serve() -> None:
     assert SpanRecord(trace_id=tid(1), span_id="1" * 16, name="x").segment_pos == -1
+
+
+def test_past_the_shutdown_deadline_logged_batches_stay_queued_in_the_log_not_drained() -> None:
+    from wt_otel.serve.pipeline import Pipeline
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.got: list = []
+
+        def consume(self, records, now) -> None:
+            self.got.extend(records)
+
+        def tick(self, now) -> None: ...
+
+        def close(self) -> None: ...
+
+    consumer, released = Consumer(), []
+    pipeline = Pipeline(consumer)
+    pipeline.on_consumed = released.append
+    pipeline.drain_deadline = 0.0  # long past
+    pipeline.start()
+    span = SpanRecord(trace_id=tid(1), span_id="1" * 16, name="x")
+    assert pipeline.put([span], 7)
+    assert pipeline.offer([SpanRecord(trace_id=tid(2), span_id="2" * 16, name="y")]).value == "accepted"
+    pipeline.stop()
+    assert [r.trace_id for r in consumer.got] == [tid(2)]  # only in memory: drained; logged: left for the restart
+    assert released == [] and pipeline.left_in_log == 1
