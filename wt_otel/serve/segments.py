@@ -154,7 +154,9 @@ class SegmentLog:
         self.recovery: list[str] = self.opened.torn + self.opened.problems
         self._sizes: dict[int, int] = {g: self._gen_bytes(g) for g in self.opened.generations}
         self._total = sum(self._sizes.values())
-        self.replay_end = position(max(self.opened.generations, default=0) + 1, 0, 0)  # first new position
+        # the first new position: above every file left, and above the checkpoint even when every file is gone
+        first = max(max(self.opened.generations, default=0), self.opened.checkpoint.generation) + 1
+        self.replay_end = position(first, 0, 0)
         self._generation = split(self.replay_end)[0]
         self._born = time.monotonic()
         self._open: dict[int, _Open] = {}

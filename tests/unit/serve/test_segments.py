@@ -332,3 +332,19 @@ def test_past_the_shutdown_deadline_logged_batches_stay_queued_in_the_log_not_dr
     pipeline.stop()
     assert [r.trace_id for r in consumer.got] == [tid(2)]  # only in memory: drained; logged: left for the restart
     assert released == [] and pipeline.left_in_log == 1
+
+
+def test_after_a_clean_stop_that_deleted_every_segment_new_appends_still_land_past_the_checkpoint(
+        tmp_path: Path) -> None:
+    first = Server(config(tmp_path, late_window=0), quiet=True).start()
+    assert post(first, session(1))[0] == 200
+    first.stop()  # written at shutdown; nothing pinned: every generation is deleted, the checkpoint moves on
+    assert segment_files(tmp_path) == []
+    second = Server(config(tmp_path), quiet=True).start()
+    assert post(second, session(2))[0] == 200
+    crash(second)
+    third = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        wait_for(lambda: tid(2) in written(tmp_path))
+    finally:
+        third.stop()
