@@ -104,8 +104,10 @@ def test_an_acknowledged_request_is_in_a_segment_that_import_reads(tmp_path: Pat
 
 def test_a_crash_is_replayed_at_start_and_every_acknowledged_session_written(tmp_path: Path) -> None:
     first = Server(config(tmp_path), quiet=True).start()
-    for n in range(5):
+    for n in range(4):
         assert post(first, session(n))[0] == 200
+    json_body = json.dumps(to_otlp_json(genai_session(tid(4)))).encode()  # OTLP/HTTP JSON is durable too
+    assert post(first, json_body, content_type="application/json")[0] == 200
     logs = [log_event(tid(0), span_ids(tid(0))[1], body={"content": "weather in Oslo?"})]
     assert post(first, logs_request(logs).SerializeToString(), "/v1/logs")[0] == 200
     crash(first)
