@@ -68,6 +68,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -194,6 +195,8 @@ class DataDirStore:
         self.recovery: list[str] = []  # what start-up repaired, for the log
         self.on_health: Callable[[str | None], None] | None = None  # serve: stop/resume acknowledging
         self.write_dir = write_directory  # the seam fault-injection tests replace (ENOSPC, EIO)
+        self.replayed_below = -1  # serve: segment positions below it are replayed from a previous run
+        self.kept_by_log = False  # serve's segment log holds every record: at shutdown, unwritten ones wait there
         self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
         self.degraded: str | None = None
         self._clean_temp_dirs()
@@ -207,10 +210,15 @@ class DataDirStore:
         self._slugs: dict[str, str] = {}
         self._revisions: dict[str, int] = {}
         self._raw: set[str] = set()  # keys whose latest revision is not rendered (records.otlp.pb)
+        self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
+        self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
             (self._raw.add if e.get("rendered") is False else self._raw.discard)(e["key"])
+            content, pos = e.get("content"), e.get("segment_pos")
+            self._contents[e["key"]] = (content if isinstance(content, str) else None,
+                                        pos if isinstance(pos, int) and not isinstance(pos, bool) else None)
         self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
         self._reindex_orphans()
         if workers:
@@ -269,6 +277,7 @@ class DataDirStore:
             entry["recovered"] = True
             self._append(entry)
             self._slugs[key], self._revisions[key] = d.name, entry["revision"]
+            self._recovered.add(key)
             self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its envelope")
 
     def _reindex_raw(self, d: Path) -> None:
@@ -291,6 +300,7 @@ class DataDirStore:
         self._append(entry)
         self._slugs[key], self._revisions[key] = d.name, entry["revision"]
         self._raw.add(key)
+        self._recovered.add(key)
         self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its {META_FILE}")
 
     # ------------------------------------------------------------------ writing
@@ -299,6 +309,21 @@ class DataDirStore:
         """Whether a session with this key was ever written here (the assembler avoids reusing it)."""
         with self._lock:
             return key in self._slugs
+
+    def replayable(self, key: str, start: int) -> bool:
+        """Whether the key's latest revision came from records at or past segment position `start` (serve replays
+        them), or was re-indexed at this start: a directory written before a crash took its index line with it,
+        and serve's checkpoint never passes a session whose line is not in, so its records are in the replay."""
+        with self._lock:
+            pos = self._contents.get(key, (None, None))[1]
+            return key in self._recovered or (pos is not None and pos >= start)
+
+    def pinned_position(self) -> int:
+        """The lowest segment-log position a deferred session or one still with the render workers holds (-1:
+        none): the log keeps it until written."""
+        with self._lock:
+            held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
+            return min((p for spans in held for p in _positions(spans)), default=-1)
 
     def slug_for(self, session: Session) -> str:
         slug = self._slugs.get(session.key)
@@ -346,7 +371,19 @@ class DataDirStore:
                 self.on_health(None)
         return 0
 
+    def _unchanged(self, session: Session, spans: object) -> bool:
+        """Rebuilt from serve's segment log after a restart with the very records written before: no new
+        revision (outside a replay, the same spans sent again still make one, as before)."""
+        content = _content(spans)[0]
+        if content is not None and self._contents.get(session.key, (None, None))[0] == content and \
+                max(_positions(spans), default=-1) < self.replayed_below:
+            self.metrics.inc("wt_otel_sessions_unchanged_total")
+            return True
+        return False
+
     def _write_or_defer(self, session: Session, spans: object, first: bool = False) -> Written | None:
+        if self._unchanged(session, spans):
+            return None
         try:
             slug = self.slug_for(session)
             revision = self._revisions.get(session.key, 0) + 1
@@ -362,7 +399,7 @@ class DataDirStore:
         dest = self.sessions / slug
         try:
             self.write_dir(dest, files, force=True, durable=True)
-            entry = self._entry(session, slug, revision, sorted(files), rendered=not job.raw)
+            entry = self._entry(session, slug, revision, sorted(files), rendered=not job.raw, spans=spans)
             self._append(entry)
         except OSError as e:
             if e.errno in DISK_ERRORS:
@@ -371,11 +408,12 @@ class DataDirStore:
                 self._quarantine(session, spans, f"cannot write {dest}: {e}")
             return None
         self._revisions[session.key] = revision
-        self._written(session.key, job.raw)
+        self._written(session.key, job.raw, entry)
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
-    def _written(self, key: str, raw: bool) -> None:
+    def _written(self, key: str, raw: bool, entry: dict[str, Any]) -> None:
         (self._raw.add if raw else self._raw.discard)(key)
+        self._contents[key] = (entry.get("content"), entry.get("segment_pos"))
         self.metrics.inc("wt_otel_sessions_written_total")
         if raw:
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
@@ -404,6 +442,8 @@ class DataDirStore:
             if self._deferred:
                 self._defer(session, spans, self.degraded or "earlier writes are pending")
                 self._retry_locked()
+                return False
+            if self._unchanged(session, spans):
                 return False
             try:
                 slug = self.slug_for(session)
@@ -438,10 +478,14 @@ class DataDirStore:
 
     def drain(self, timeout: float = 60.0) -> None:
         """Finish every job in flight (SIGTERM, stop). Jobs still running after `timeout` seconds are
-        quarantined, their workers stopped: nothing acknowledged is dropped without a trace."""
+        quarantined, their workers stopped: nothing acknowledged is dropped without a trace. With serve's
+        segment log (`kept_by_log`) they are left alone instead: the log holds their records and the next
+        start writes them (serve reads `pinned_position()` before it closes the store)."""
         deadline = time.monotonic() + timeout
         while self._jobs and time.monotonic() < deadline:
-            self.pump(0.2)
+            self.pump(min(0.2, max(0.0, deadline - time.monotonic())))
+        if self.kept_by_log:
+            return
         with self._lock:
             for job in list(self._jobs.values()):
                 if job.state in ("pending", "running"):
@@ -519,7 +563,8 @@ class DataDirStore:
             ready.append(job)
         if not ready:
             return []
-        entries = [self._entry(j.done.session, j.slug, j.revision, j.files, rendered=not j.render.raw) for j in ready]
+        entries = [self._entry(j.done.session, j.slug, j.revision, j.files, rendered=not j.render.raw,
+                               spans=j.done.spans) for j in ready]
         try:
             self._append(entries)
         except OSError as e:  # the directories are whole; without their lines they are re-done
@@ -533,7 +578,7 @@ class DataDirStore:
         self.metrics.inc("wt_otel_index_commits_total")
         out = []
         for job, entry in zip(ready, entries, strict=True):
-            self._written(job.key, job.render.raw)
+            self._written(job.key, job.render.raw, entry)
             out.append((job.done, Written(path=Path(job.render.dest), slug=job.slug, revision=job.revision,
                                           entry=entry)))
         return out
@@ -637,6 +682,9 @@ class DataDirStore:
                          + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
             revision = self._revisions.get(key, 0) + 1
             entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+            content, pos = self._contents.get(key, (None, None))
+            if content is not None:  # the same records: a replay must not undo the flag with a "new" revision
+                entry["content"], entry["segment_pos"] = content, pos
             self._append(entry)
             self._revisions[key] = revision
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
@@ -682,9 +730,9 @@ class DataDirStore:
         self.metrics.inc("wt_otel_sessions_quarantined_total")
         return dest
 
-    def _entry(self, session: Session, slug: str, revision: int, files: list[str], rendered: bool = True
-               ) -> dict[str, Any]:
-        return {
+    def _entry(self, session: Session, slug: str, revision: int, files: list[str], rendered: bool = True,
+               spans: object = None) -> dict[str, Any]:
+        entry = {
             "v": 1,
             "key": session.key,
             "slug": slug,
@@ -704,6 +752,10 @@ class DataDirStore:
             "rendered": rendered,
             "written_at": utc_now_iso(),
         }
+        content, pos = _content(spans)
+        if content is not None:  # which records, and where in serve's segment log (restart dedupe, checkpoint)
+            entry["content"], entry["segment_pos"] = content, pos
+        return entry
 
     def _entry_from(self, key: str, slug: str, revision: int, prov: dict[str, Any], source: dict[str, Any],
                     env: dict[str, Any]) -> dict[str, Any]:
@@ -732,13 +784,17 @@ class DataDirStore:
             raise
 
     def close(self) -> None:
-        if self._jobs:
+        if self._jobs and not self.kept_by_log:
             self.drain()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
         with self._lock:
-            if self._deferred:  # the disk never came back: say exactly what is lost, loudly
+            left = len(self._deferred) + sum(j.state in ("pending", "running") for j in self._jobs.values())
+            if self.kept_by_log and left:
+                log.warning("data dir %s: %d session revision(s) not written at shutdown; their records stay in "
+                            "the segment log and the next start writes them", self.root, left)
+            elif self._deferred:  # the disk never came back: say exactly what is lost, loudly
                 log.error("data dir %s still cannot be written (%s): %d acknowledged session(s) NOT written: %s",
                           self.root, self.degraded, len(self._deferred), ", ".join(self._deferred))
                 self.metrics.inc("wt_otel_sessions_lost_total", len(self._deferred))
@@ -758,6 +814,20 @@ def _rewrite(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+def _positions(spans: object) -> list[int]:
+    return [p for s in spans if (p := getattr(s, "segment_pos", -1)) >= 0] if isinstance(spans, list | tuple) else []
+
+
+def _content(spans: object) -> tuple[str | None, int | None]:
+    """A digest of which records a revision holds (span ids, and the events each carries: logs attach as
+    events), and its lowest segment-log position; (None, None) without spans."""
+    if not isinstance(spans, list | tuple) or not spans:
+        return None, None
+    parts = sorted(f"{getattr(s, 'span_id', '')}:{len(getattr(s, 'events', ()) or ())}" for s in spans)
+    digest = hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:32]
+    return digest, min(_positions(spans), default=None)
+
+
 def _plain(record: Any) -> Any:
     """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
     deep-copies every value recursively and overflows the stack on hostile nesting."""
@@ -795,9 +865,9 @@ class DataDirStage:
         if done.resume is not None:
             done.resume()
 
-    def drain(self) -> None:
+    def drain(self, timeout: float = 60.0) -> None:
         """At shutdown, before any stage closes: finish what the workers hold, run the stages after it."""
-        self.store.drain()
+        self.store.drain(timeout)
 
     def _render_continued(self, key: str) -> None:
         """A flagged continuation (`<key>~N`, late records after the first part's were dropped): the part it

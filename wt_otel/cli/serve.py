@@ -63,8 +63,11 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     Log: one line per event, `<UTC time> <LEVEL> <message>` (--log-format json:
     one object per line); info to stdout, warnings and errors to stderr.
 
-    SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
-    every open session, let the replay in flight finish (bounded), and exit 0.
+    An export is acknowledged once fsynced to DATA_DIR/segments (`durability:`);
+    a restart replays what was acknowledged but not yet written. SIGTERM / SIGINT
+    stop the receivers, process what was acknowledged and write open sessions
+    until `durability.shutdown_deadline` (the rest waits in the segment log for
+    the next start), let the replay in flight finish (bounded), and exit 0.
     Exit 1 if it cannot start, 2 on a bad config.
     """
     import signal

@@ -33,6 +33,7 @@ __all__ = [
     "AssemblerConfig",
     "ConfigError",
     "DataDirConfig",
+    "DurabilityConfig",
     "default_flag_rules",
     "FilterConfig",
     "FlagRule",
@@ -129,6 +130,22 @@ class DataDirConfig(_Strict):
                          "default)")
     max_pending: int = Field(256, gt=0, description="sessions handed to the workers and not yet indexed; past it "
                              "the pipeline thread waits for the workers (the queue in front then refuses exports)")
+
+
+class DurabilityConfig(_Strict):
+    """The segment log (`<data-dir>/segments/`, wt_otel.serve.segments): acknowledged means fsynced."""
+
+    enabled: bool = Field(True, description="off: requests are acknowledged once queued in memory (a kill -9 loses "
+                          "what was acknowledged but not yet written)")
+    commit_interval: float = Field(0.005, ge=0, le=1, description="seconds between group commits (one fsync "
+                                   "acknowledges every request appended since the last)")
+    segment_bytes: int = Field(64 * 1024 * 1024, gt=0, description="a generation of segment files is closed "
+                               "once one of them reaches this size")
+    segment_max_age: float = Field(60.0, gt=0, description="... or is this many seconds old")
+    max_bytes: int = Field(4 * 1024 * 1024 * 1024, gt=0, description="cap on the log on disk; past it (open "
+                           "sessions pin it) exports get 429 / RESOURCE_EXHAUSTED with retry info")
+    shutdown_deadline: float = Field(5.0, ge=0, description="seconds SIGTERM spends writing open sessions; the "
+                                     "rest stay in the segments and are completed on the next start")
 
 
 class ReplayResultsConfig(_Strict):
@@ -236,6 +253,7 @@ class ServeConfig(_Strict):
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
     redactor: RedactorConfig = Field(default_factory=RedactorConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    durability: DurabilityConfig = Field(default_factory=DurabilityConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
 
     @property

@@ -190,13 +190,14 @@ class SessionPipeline:
         self.drain_stages()
         self.close_stages()
 
-    def drain_stages(self) -> None:
-        """Let stages that finish sessions later (render workers) finish them, in order, before any stage closes."""
+    def drain_stages(self, timeout: float | None = None) -> None:
+        """Let stages that finish sessions later (render workers) finish them, in order, before any stage closes;
+        `timeout`: seconds each may take (None: the stage's own bound)."""
         for name, stage in self.session_stages:
             drain = getattr(stage, "drain", None)
             if callable(drain):
                 try:
-                    drain()
+                    drain() if timeout is None else drain(timeout)
                 except Exception:
                     log.exception("stage %s: drain failed", name)
 
@@ -276,6 +277,7 @@ class Server:
         self.pipeline: Pipeline | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
+        self.segments: Any = None  # wt_otel.serve.segments.SegmentLog when durability.enabled (and a data dir)
         self._no_content_services: set[str] = set()
 
     @property
@@ -320,9 +322,13 @@ class Server:
         from wt_otel.serve.receivers import start_receivers
 
         try:
+            if config.durability.enabled and self.store is not None:
+                self._start_segments()
             self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
         except (OSError, RuntimeError, ValueError) as exc:
             self.pipeline.stop()
+            if self.segments is not None:
+                self.segments.close()
             replay = self.replay
             if replay is not None:
                 replay.stop(0)
@@ -336,11 +342,84 @@ class Server:
         return self
 
     def stop(self, grace: float = 5) -> None:
-        """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order."""
+        """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order.
+
+        With the segment log, open sessions are written until `durability.shutdown_deadline`; the rest stay
+        in the log past the last checkpoint, and the next start completes them."""
         if self.receivers is not None:
             self.receivers.stop(grace=grace)
-        if self.stages is not None:
+        if self.stages is None:
+            return
+        if self.segments is None or self.stages.queue is None:
             self.stages.stop()
+            return
+        deadline = time.monotonic() + self.config.durability.shutdown_deadline
+        self.stages.assembler.close_deadline = self.stages.queue.drain_deadline = deadline
+        self.stages.queue.stop()
+        self.stages.drain_stages(max(0.0, deadline - time.monotonic()))
+        needed = self._needed_position()  # sessions still with the render workers included
+        self.stages.close_stages()
+        self.segments.close(needed)
+
+    # ------------------------------------------------------------------ the segment log
+
+    def _start_segments(self) -> None:
+        """Open the log (repairing torn tails), replay what is past the checkpoint into the queue, then let the
+        receivers append: before they open, so replayed records come first."""
+        from wt_otel.serve.segments import SegmentLog
+
+        dur, assert_queue = self.config.durability, self.pipeline
+        assert assert_queue is not None and self.stages is not None
+        segments = self.segments = SegmentLog(
+            self.config.data_dir, commit_interval=dur.commit_interval, segment_bytes=dur.segment_bytes,
+            segment_max_age=dur.segment_max_age, max_bytes=dur.max_bytes, metrics=self.metrics)
+        self.recovery += segments.recovery
+        queue, assembler, store = assert_queue, self.stages.assembler, self.store
+        queue.on_consumed = segments.release
+        store.kept_by_log = True
+        start = segments.checkpoint_position
+        assembler.replay_below = store.replayed_below = segments.replay_end
+        assembler.resumable = lambda key: store.replayable(key, start)
+        queue.housekeeping.append(lambda: segments.checkpoint(self._needed_position()))
+        self._replay(segments, queue)
+        queue.segments = segments  # from now on export() appends before it acknowledges
+
+    def _replay(self, segments: Any, queue: Pipeline) -> None:
+        from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode
+
+        start = segments.checkpoint_position
+        segments.pin(start)  # nothing replayed from is deleted while replaying
+        requests = records = bad = 0
+        try:
+            for signal, pos, data in segments.replay():
+                try:
+                    decoded = decode(Signal(signal), data, Encoding.PROTOBUF)
+                except MalformedRequest as exc:
+                    bad += 1
+                    log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
+                    continue
+                if not decoded.records:
+                    continue
+                for record in decoded.records:
+                    record.segment_pos = pos
+                while queue.queued > queue.max_queued_records // 2:  # bounded memory: let the worker catch up
+                    time.sleep(0.01)
+                segments.pin(pos)
+                queue.put(decoded.records, pos)
+                requests += 1
+                records += len(decoded.records)
+        finally:
+            segments.release(start)
+        self.metrics.inc("wt_otel_segment_replayed_requests_total", requests)
+        if requests or bad:
+            note = f"replayed {requests} request(s), {records} record(s), from the segment log past its checkpoint"
+            self.recovery.append(note + (f"; {bad} unreadable entr(ies) skipped" if bad else ""))
+
+    def _needed_position(self) -> int:
+        """The lowest segment position the assembler or the store (deferred writes) still needs; -1: none."""
+        held = [p for p in (self.stages.assembler.needed_position() if self.stages else -1,
+                            self.store.pinned_position() if self.store is not None else -1) if p >= 0]
+        return min(held, default=-1)
 
     def __enter__(self) -> Server:
         return self.start()
