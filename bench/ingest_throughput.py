@@ -377,6 +377,27 @@ def run_rotel(args, body: bytes, n: int, data_dir: Path) -> None:
           f"{'' if alive else '  -- rotel DIED, see its log'}; rotel {rss.summary()}")
 
 
+def compare_durability(args, body: bytes, n: int, tmp: Path, bare: LoadResult) -> None:
+    """(b) twice in one run: `durability.enabled` false (acknowledged once queued) and true (once fsynced)."""
+    import yaml
+
+    base = yaml.safe_load(Path(args.serve_config).read_text()) if args.serve_config else {}
+    rates = {}
+    for enabled in (False, True):
+        config = tmp / f"durability-{enabled}.yaml"
+        config.write_text(yaml.safe_dump({**(base or {}), "durability": {**(base or {}).get("durability", {}),
+                                                                         "enabled": enabled}}))
+        args.serve_config = str(config)
+        print(f"  durability.enabled: {enabled}", flush=True)
+        served, sustained = run_serve(args, body, n, tmp / f"serve-{enabled}")
+        rates[enabled] = (served, sustained)
+        print(f"  ratio (b)/(a): {served.rate / bare.rate:.2f} accepted, {sustained / bare.rate:.2f} sustained",
+              flush=True)
+    (off, off_s), (on, on_s) = rates[False], rates[True]
+    print(f"  segment log on/off: {on.rate / off.rate:.2f} accepted, {on_s / off_s:.2f} sustained "
+          f"(p50 export latency {on.pct(0.5):.1f} ms vs {off.pct(0.5):.1f} ms)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20, help="load duration per target (default 20)")
@@ -385,6 +406,8 @@ def main() -> None:
                     help="where serve's data dirs go (default /dev/shm when present)")
     ap.add_argument("--serve-config", metavar="FILE", help="a `wt-otel serve --config` YAML (default: none)")
     ap.add_argument("--no-rotel", action="store_true", help="skip the rotel comparison")
+    ap.add_argument("--durability", choices=("config", "compare"), default="config",
+                    help="compare: run (b) with the segment log off and on, side by side (its cost)")
     ap.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.bare_server:
@@ -396,6 +419,9 @@ def main() -> None:
           f"per target; data dirs under {tmp}; cpu count {os.cpu_count()}", flush=True)
     try:
         bare = run_bare(args, body, n)
+        if args.durability == "compare":
+            compare_durability(args, body, n, tmp, bare)
+            return
         served, sustained = run_serve(args, body, n, tmp / "serve")
         print(f"  ratio (b)/(a): {served.rate / bare.rate:.2f} accepted, {sustained / bare.rate:.2f} sustained "
               f"(goal >= 0.5)", flush=True)

@@ -12,8 +12,22 @@ Layout:
 Index line: {"v": 1, "key", "slug", "revision", "complete", "trace_ids",
 "conversation_id", "service", "started", "ended" (ISO 8601), "flagged",
 "flag_ref", "flag_reason", "redacted", "path" (relative to the data dir),
-"files", "written_at"}. The last line of a key is its current revision;
-flagged sessions (incidents to replay) are the lines with `flagged: true`.
+"files", "rendered", "written_at"}. `rendered: false` (config `datadir.render:
+flagged`, unflagged sessions): `sessions/<slug>/` holds only the session's
+records (`records.otlp.pb`, exporters/rawfile.py) and its own fields
+(`session.json`); `render()` (`wt-otel sessions render`) and `flag()` turn it
+into the six files, as the inline render would have written them.
+
+Where rendering happens (config `datadir.workers`): in worker processes
+(exporters/render_pool.py) that render and write each directory while the
+pipeline thread goes on; the store appends the index lines of finished jobs in
+submission order, all lines of one tick with one fsync (`retry_deferred`, each
+pipeline tick). A job the workers cannot finish (an exception, a worker that
+dies or hangs) is quarantined as below. With `workers: 0`, `write()` does it all
+in the calling thread, one fsync per session.
+
+The last line of a key is its current revision; flagged sessions (incidents to
+replay) are the lines with `flagged: true`.
 
 Revisions replace: a late span rewrites `sessions/<slug>/` as revision N+1
 (a superset of N, see processors/assembler.py) and appends a new index line;
@@ -54,10 +68,12 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from collections import OrderedDict
@@ -73,8 +89,12 @@ from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
 from wt_otel._util.journal import Journal
 from wt_otel.components import CompletedSession, StageContext, StageType
+from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
+from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
 from wt_otel.exporters.scenario_dir import render
+from wt_otel.ingest.sessions import build_session
 from wt_otel.model.session import Session
+from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.datadir")
@@ -123,6 +143,21 @@ def _index_entry(obj: Any) -> dict[str, Any]:
 
 
 @dataclass
+class _Job:
+    """A session revision handed to the render workers, until its index line is appended."""
+
+    seq: int
+    key: str
+    slug: str
+    revision: int
+    done: CompletedSession
+    render: RenderJob
+    state: str = "pending"  # pending -> running -> ok | gone (quarantined or deferred)
+    files: list[str] = field(default_factory=list)
+    retried: bool = False
+
+
+@dataclass
 class Written:
     """What one `write` produced (also the index line, as `entry`)."""
 
@@ -135,7 +170,17 @@ class Written:
 class DataDirStore:
     """Writes sessions into a data dir; one instance (one process) per data dir, thread-safe."""
 
-    def __init__(self, data_dir: Path | str, metrics: Metrics | None = None) -> None:
+    def __init__(self, data_dir: Path | str, metrics: Metrics | None = None, *, render: str = "all",
+                 workers: int = 0, max_pending: int = 256, worker_target: str = DEFAULT_TARGET,
+                 job_timeout: float = 120.0) -> None:
+        if render not in ("all", "flagged"):
+            raise ValueError(f"datadir.render must be all or flagged, not {render!r}")
+        self.render_mode = render
+        self.max_pending = max_pending
+        self._pool: RenderPool | None = None
+        self._jobs: OrderedDict[int, _Job] = OrderedDict()
+        self._seq = 0
+        self.on_committed: Callable[[CompletedSession, Written], None] | None = None  # the stage: later stages
         self.root = Path(data_dir)
         self.sessions = self.root / SESSIONS
         self.metrics = metrics or Metrics()
@@ -150,6 +195,8 @@ class DataDirStore:
         self.recovery: list[str] = []  # what start-up repaired, for the log
         self.on_health: Callable[[str | None], None] | None = None  # serve: stop/resume acknowledging
         self.write_dir = write_directory  # the seam fault-injection tests replace (ENOSPC, EIO)
+        self.replayed_below = -1  # serve: segment positions below it are replayed from a previous run
+        self.kept_by_log = False  # serve's segment log holds every record: at shutdown, unwritten ones wait there
         self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
         self.degraded: str | None = None
         self._clean_temp_dirs()
@@ -162,11 +209,31 @@ class DataDirStore:
             index = read_index(self.root)
         self._slugs: dict[str, str] = {}
         self._revisions: dict[str, int] = {}
+        self._raw: set[str] = set()  # keys whose latest revision is not rendered (records.otlp.pb)
+        self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
+        self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
+            (self._raw.add if e.get("rendered") is False else self._raw.discard)(e["key"])
+            content, pos = e.get("content"), e.get("segment_pos")
+            self._contents[e["key"]] = (content if isinstance(content, str) else None,
+                                        pos if isinstance(pos, int) and not isinstance(pos, bool) else None)
         self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
         self._reindex_orphans()
+        if workers:
+            try:
+                self._pool = RenderPool(workers, worker_target, job_timeout=job_timeout,
+                                        on_restart=lambda: self.metrics.inc("wt_otel_render_worker_restarts_total"))
+            except BaseException:
+                self.close()
+                raise
+            self.metrics.set("wt_otel_render_workers", workers)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether sessions go to render workers (`submit`) rather than being written in the caller (`write`)."""
+        return self._pool is not None
 
     # ------------------------------------------------------------------ start-up repair
 
@@ -186,6 +253,9 @@ class DataDirStore:
         indexed = set(self._slugs.values())
         for d in sorted(self.sessions.iterdir()):
             if d.name.startswith(".") or d.name in indexed or not d.is_dir():
+                continue
+            if (d / META_FILE).is_file() and not (d / ENVELOPE).exists():
+                self._reindex_raw(d)
                 continue
             try:
                 env = json.loads((d / ENVELOPE).read_text(encoding="utf-8"))
@@ -207,7 +277,31 @@ class DataDirStore:
             entry["recovered"] = True
             self._append(entry)
             self._slugs[key], self._revisions[key] = d.name, entry["revision"]
+            self._recovered.add(key)
             self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its envelope")
+
+    def _reindex_raw(self, d: Path) -> None:
+        """An unrendered session directory without its index line: indexed from its `session.json`."""
+        try:
+            meta = json.loads((d / META_FILE).read_text(encoding="utf-8"))
+            key = meta["key"] if isinstance(meta, dict) else None
+            if not isinstance(key, str) or not key or not (d / RAW_FILE).is_file():
+                raise ValueError(f"no session key or no {RAW_FILE}")
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            self.recovery.append(f"{SESSIONS}/{d.name}: not a wt-otel session directory ({e}); left alone")
+            return
+        if key in self._slugs:
+            return
+        entry = {"v": 1, "key": key, "slug": d.name, "revision": self._revisions.get(key, 0) + 1,
+                 **{k: meta.get(k) for k in ("complete", "trace_ids", "conversation_id", "service", "started",
+                                             "ended", "flagged", "flag_ref", "flag_reason")},
+                 "redacted": False, "path": f"{SESSIONS}/{d.name}", "files": sorted(p.name for p in d.iterdir()),
+                 "rendered": False, "written_at": utc_now_iso(), "recovered": True}
+        self._append(entry)
+        self._slugs[key], self._revisions[key] = d.name, entry["revision"]
+        self._raw.add(key)
+        self._recovered.add(key)
+        self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its {META_FILE}")
 
     # ------------------------------------------------------------------ writing
 
@@ -215,6 +309,21 @@ class DataDirStore:
         """Whether a session with this key was ever written here (the assembler avoids reusing it)."""
         with self._lock:
             return key in self._slugs
+
+    def replayable(self, key: str, start: int) -> bool:
+        """Whether the key's latest revision came from records at or past segment position `start` (serve replays
+        them), or was re-indexed at this start: a directory written before a crash took its index line with it,
+        and serve's checkpoint never passes a session whose line is not in, so its records are in the replay."""
+        with self._lock:
+            pos = self._contents.get(key, (None, None))[1]
+            return key in self._recovered or (pos is not None and pos >= start)
+
+    def pinned_position(self) -> int:
+        """The lowest segment-log position a deferred session or one still with the render workers holds (-1:
+        none): the log keeps it until written."""
+        with self._lock:
+            held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
+            return min((p for spans in held for p in _positions(spans)), default=-1)
 
     def slug_for(self, session: Session) -> str:
         slug = self._slugs.get(session.key)
@@ -236,7 +345,10 @@ class DataDirStore:
             return self._write_or_defer(session, spans)
 
     def retry_deferred(self) -> int:
-        """Write what a full disk deferred; returns how many are still waiting. Safe to call often."""
+        """Write what a full disk deferred; returns how many are still waiting. Safe to call often.
+        With render workers, first index what they finished (the per-tick group commit)."""
+        if self._pool is not None:
+            self.pump()
         with self._lock:
             return self._retry_locked()
 
@@ -259,18 +371,35 @@ class DataDirStore:
                 self.on_health(None)
         return 0
 
+    def _unchanged(self, session: Session, spans: object) -> bool:
+        """Rebuilt from serve's segment log after a restart with the very records written before: no new
+        revision (outside a replay, the same spans sent again still make one, as before)."""
+        content = _content(spans)[0]
+        if content is not None and self._contents.get(session.key, (None, None))[0] == content and \
+                max(_positions(spans), default=-1) < self.replayed_below:
+            self.metrics.inc("wt_otel_sessions_unchanged_total")
+            return True
+        return False
+
     def _write_or_defer(self, session: Session, spans: object, first: bool = False) -> Written | None:
+        if self._unchanged(session, spans):
+            return None
         try:
             slug = self.slug_for(session)
             revision = self._revisions.get(session.key, 0) + 1
-            files = render(session, slug)
+            job = self._render_job(session, spans, slug)
+            try:
+                files = job_files(job, render)  # this module's `render`: the seam fault tests replace
+            except Unencodable:  # a value OTLP cannot carry: render it instead of keeping its records
+                job = RenderJob(job.dest, slug, session=session)
+                files = job_files(job, render)
         except Exception as e:  # noqa: BLE001 - any bug in rendering must cost this session only
             self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
             return None
         dest = self.sessions / slug
         try:
             self.write_dir(dest, files, force=True, durable=True)
-            entry = self._entry(session, slug, revision, sorted(files))
+            entry = self._entry(session, slug, revision, sorted(files), rendered=not job.raw, spans=spans)
             self._append(entry)
         except OSError as e:
             if e.errno in DISK_ERRORS:
@@ -279,7 +408,244 @@ class DataDirStore:
                 self._quarantine(session, spans, f"cannot write {dest}: {e}")
             return None
         self._revisions[session.key] = revision
+        self._written(session.key, job.raw, entry)
+        return Written(path=dest, slug=slug, revision=revision, entry=entry)
+
+    def _written(self, key: str, raw: bool, entry: dict[str, Any]) -> None:
+        (self._raw.add if raw else self._raw.discard)(key)
+        self._contents[key] = (entry.get("content"), entry.get("segment_pos"))
         self.metrics.inc("wt_otel_sessions_written_total")
+        if raw:
+            self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
+
+    def _render_job(self, session: Session, spans: object, slug: str) -> RenderJob:
+        """Rendered, or (render: flagged, not flagged) kept as records plus the fields the stages set."""
+        dest = str(self.sessions / slug)
+        if self.render_mode == "flagged" and not session.flagged and isinstance(spans, list) and spans \
+                and all(isinstance(s, SpanRecord) for s in spans):
+            meta = {"v": 1, "key": session.key, "complete": session.complete, "trace_ids": session.trace_ids,
+                    "conversation_id": session.conversation_id, "service": session.service_name,
+                    "started": iso_from_ns(session.started_ns), "ended": iso_from_ns(session.ended_ns),
+                    "flagged": session.flagged, "flag_ref": session.flag_ref, "flag_refs": session.flag_refs,
+                    "flag_reason": session.flag_reason, "warnings": session.warnings}
+            return RenderJob(dest, slug, spans=spans, meta=meta)
+        return RenderJob(dest, slug, session=session)
+
+    # ------------------------------------------------------------------ render workers
+
+    def submit(self, done: CompletedSession) -> bool:
+        """Hand a session revision to the render workers. True: it is on its way (`on_committed` follows);
+        False: deferred (the disk refuses writes) or quarantined (it cannot be rendered), as `write` does."""
+        finished: list[tuple[CompletedSession, Written]] = []
+        with self._lock:
+            session, spans = done.session, done.spans
+            if self._deferred:
+                self._defer(session, spans, self.degraded or "earlier writes are pending")
+                self._retry_locked()
+                return False
+            if self._unchanged(session, spans):
+                return False
+            try:
+                slug = self.slug_for(session)
+                job = self._render_job(session, spans, slug)
+            except Exception as e:  # noqa: BLE001 - as in `write`
+                self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
+                return False
+            while len(self._jobs) >= self.max_pending and self._pool is not None:  # back-pressure
+                self._collect_locked(0.5)
+                finished += self._commit_locked()
+            # Added after the wait: this job is not committed before `submit` returns (the pipeline sets
+            # `done.resume` once it does).
+            self._seq += 1
+            revision = self._revisions.get(session.key, 0) + 1
+            self._revisions[session.key] = revision  # reserved: a later revision of the key follows it
+            self._jobs[self._seq] = _Job(self._seq, session.key, slug, revision, done, job)
+            self._collect_locked(0)
+            self.metrics.set("wt_otel_render_pending", len(self._jobs))
+        self._finish(finished)
+        return True
+
+    def pump(self, wait: float = 0.0) -> int:
+        """Collect what the workers finished, append its index lines (one fsync), hand out more; returns how
+        many jobs are still in flight. The pipeline calls it every tick (through `retry_deferred`)."""
+        with self._lock:
+            self._collect_locked(wait)
+            finished = self._commit_locked()
+            left = len(self._jobs)
+            self.metrics.set("wt_otel_render_pending", left)
+        self._finish(finished)
+        return left
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Finish every job in flight (SIGTERM, stop). Jobs still running after `timeout` seconds are
+        quarantined, their workers stopped: nothing acknowledged is dropped without a trace. With serve's
+        segment log (`kept_by_log`) they are left alone instead: the log holds their records and the next
+        start writes them (serve reads `pinned_position()` before it closes the store)."""
+        deadline = time.monotonic() + timeout
+        while self._jobs and time.monotonic() < deadline:
+            self.pump(min(0.2, max(0.0, deadline - time.monotonic())))
+        if self.kept_by_log:
+            return
+        with self._lock:
+            for job in list(self._jobs.values()):
+                if job.state in ("pending", "running"):
+                    job.state = "gone"
+                    self._quarantine(job.done.session, job.done.spans,
+                                     f"not written within {timeout:g} s of shutdown by the render workers")
+            finished = self._commit_locked()
+        self._finish(finished)
+
+    def _collect_locked(self, wait: float) -> None:
+        if self._pool is None:
+            return
+        for outcome in self._pool.poll(wait):
+            self._outcome_locked(outcome)
+        running = {j.key for j in self._jobs.values() if j.state == "running"}
+        for job in self._jobs.values():
+            if not self._pool.idle():
+                break
+            if job.state != "pending" or job.key in running:
+                continue  # one job per key at a time: revision N+1 never lands before N
+            try:
+                self._pool.send(job.seq, job.render)
+            except Exception as e:  # noqa: BLE001 - e.g. nesting too deep to pickle: this session only
+                self._gone_locked(job)
+                self._quarantine(job.done.session, job.done.spans,
+                                 f"cannot hand the session to a render worker: {type(e).__name__}: {e}")
+                continue
+            job.state = "running"
+            running.add(job.key)
+
+    def _outcome_locked(self, out: Outcome) -> None:
+        job = self._jobs.get(out.seq)
+        if job is None:
+            return
+        session, spans, dest = job.done.session, job.done.spans, job.render.dest
+        if out.kind == "ok":
+            job.state, job.files = "ok", list(out.detail)
+            return
+        if out.kind == "error" and out.detail == Unencodable.__name__ and job.render.raw:
+            job.state, job.render = "pending", RenderJob(dest, job.slug, session=session)  # render it instead
+            return
+        if out.kind == "requeue":  # the worker was gone before it took the job: another one will
+            job.state = "pending"
+            return
+        if out.kind == "died" and out.detail == -signal.SIGTERM and not job.retried:
+            # stopped from outside (systemd signals the whole group at shutdown): not the session's fault
+            job.state, job.retried = "pending", True
+            return
+        self._gone_locked(job)
+        if out.kind == "oserror" and out.detail in DISK_ERRORS:
+            self._defer(session, spans, f"{os.strerror(out.detail)} writing {dest}")
+        elif out.kind == "oserror":
+            self._quarantine(session, spans, f"cannot write {dest}: {out.message}")
+        elif out.kind == "died":
+            self._quarantine(session, spans, out.message or "the render worker died")
+        else:
+            self._quarantine(session, spans, f"cannot render the session: {out.message}")
+
+    def _gone_locked(self, job: _Job) -> None:
+        job.state = "gone"
+        if self._revisions.get(job.key) == job.revision:  # give the reserved revision back
+            self._revisions[job.key] = job.revision - 1
+
+    def _commit_locked(self) -> list[tuple[CompletedSession, Written]]:
+        """Index lines for the finished jobs at the head of the order, appended together (one fsync)."""
+        ready: list[_Job] = []
+        while self._jobs:
+            job = next(iter(self._jobs.values()))
+            if job.state == "gone":
+                del self._jobs[job.seq]
+                continue
+            if job.state != "ok":
+                break
+            del self._jobs[job.seq]
+            ready.append(job)
+        if not ready:
+            return []
+        entries = [self._entry(j.done.session, j.slug, j.revision, j.files, rendered=not j.render.raw,
+                               spans=j.done.spans) for j in ready]
+        try:
+            self._append(entries)
+        except OSError as e:  # the directories are whole; without their lines they are re-done
+            for job in ready:
+                self._gone_locked(job)
+                if e.errno in DISK_ERRORS:
+                    self._defer(job.done.session, job.done.spans, f"{os.strerror(e.errno)} appending to {INDEX}")
+                else:
+                    self._quarantine(job.done.session, job.done.spans, f"cannot append to {INDEX}: {e}")
+            return []
+        self.metrics.inc("wt_otel_index_commits_total")
+        out = []
+        for job, entry in zip(ready, entries, strict=True):
+            self._written(job.key, job.render.raw, entry)
+            out.append((job.done, Written(path=Path(job.render.dest), slug=job.slug, revision=job.revision,
+                                          entry=entry)))
+        return out
+
+    def _finish(self, finished: list[tuple[CompletedSession, Written]]) -> None:
+        """Outside the lock: the stages after the store (auto-replay) for each committed revision."""
+        for done, written in finished:
+            try:
+                if self.on_committed is not None:
+                    self.on_committed(done, written)
+            except Exception:  # a later stage failing costs that stage, not the other sessions
+                log.exception("session %s: a stage after the data dir failed", done.session.key)
+                self.metrics.inc("wt_otel_pipeline_errors_total")
+
+    # ------------------------------------------------------------------ rendering on demand
+
+    def resolve(self, name: str) -> tuple[str, str]:
+        """(key, slug) of a session named by its slug, key or directory; ValueError naming a few known ones."""
+        slug = self._slugs.get(name) or Path(name).name
+        key = next((k for k, v in self._slugs.items() if v == slug), None)
+        if key is None:
+            known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
+            raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
+        return key, slug
+
+    def unrendered(self) -> list[str]:
+        """Keys whose latest revision is kept as records only, in index order."""
+        with self._lock:
+            return [k for k in self._slugs if k in self._raw]
+
+    def render(self, name: str) -> Written | None:
+        """Render a session kept as records (render: flagged) into its six files, as a new index revision.
+        None when it is rendered already; ValueError when there is no such session or its records are damaged."""
+        with self._lock:
+            key, slug = self.resolve(name)
+            if key not in self._raw:
+                return None
+            return self._render_raw_locked(self._session_from_raw(key, slug), slug)
+
+    def _session_from_raw(self, key: str, slug: str) -> Session:
+        """The Session the pipeline had when it kept these records: built again, with the stages' fields back."""
+        directory = self.sessions / slug
+        try:
+            meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+            spans = read_records(directory / RAW_FILE)
+        except (OSError, ValueError, RecursionError) as e:
+            raise ValueError(f"session {slug}: cannot read its records in {directory}: {e}") from None
+        session = build_session(spans, key=key)
+        if session is None or not isinstance(meta, dict):
+            raise ValueError(f"session {slug}: {directory / RAW_FILE} holds no GenAI session")
+        session.complete = bool(meta.get("complete", True))
+        session.flagged, session.flag_ref = bool(meta.get("flagged")), meta.get("flag_ref")
+        session.flag_reason, session.flag_refs = meta.get("flag_reason"), list(meta.get("flag_refs") or [])
+        if isinstance(meta.get("warnings"), list):
+            session.warnings = [str(w) for w in meta["warnings"]]
+        return session
+
+    def _render_raw_locked(self, session: Session, slug: str) -> Written:
+        dest = self.sessions / slug
+        files = job_files(RenderJob(str(dest), slug, session=session), render)
+        self.write_dir(dest, files, force=True, durable=True)
+        revision = self._revisions.get(session.key, 0) + 1
+        entry = self._entry(session, slug, revision, sorted(files), rendered=True)
+        self._append(entry)
+        self._revisions[session.key] = revision
+        self._raw.discard(session.key)
+        self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
     def flag(self, name: str, ref: str | None = None, reason: str = "flagged by hand (wt-otel flag)") -> Written:
@@ -292,6 +658,12 @@ class DataDirStore:
             slug = self._slugs.get(name) or Path(name).name
             key = next((k for k, v in self._slugs.items() if v == slug), None)
             directory = self.sessions / slug
+            if key is not None and key in self._raw:  # kept as records: rendered now, as the flagged incident
+                session = self._session_from_raw(key, slug)
+                ref = ref or (session.flag_ref if session.flagged else None) or key
+                session.flagged, session.flag_ref, session.flag_reason = True, ref, reason
+                session.flag_refs = [ref]
+                return self._render_raw_locked(session, slug)
             if key is None or not (directory / ENVELOPE).is_file():
                 known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
                 raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
@@ -310,6 +682,9 @@ class DataDirStore:
                          + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
             revision = self._revisions.get(key, 0) + 1
             entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+            content, pos = self._contents.get(key, (None, None))
+            if content is not None:  # the same records: a replay must not undo the flag with a "new" revision
+                entry["content"], entry["segment_pos"] = content, pos
             self._append(entry)
             self._revisions[key] = revision
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
@@ -355,8 +730,9 @@ class DataDirStore:
         self.metrics.inc("wt_otel_sessions_quarantined_total")
         return dest
 
-    def _entry(self, session: Session, slug: str, revision: int, files: list[str]) -> dict[str, Any]:
-        return {
+    def _entry(self, session: Session, slug: str, revision: int, files: list[str], rendered: bool = True,
+               spans: object = None) -> dict[str, Any]:
+        entry = {
             "v": 1,
             "key": session.key,
             "slug": slug,
@@ -373,8 +749,13 @@ class DataDirStore:
             "redacted": bool(session.redaction),
             "path": f"{SESSIONS}/{slug}",
             "files": files,
+            "rendered": rendered,
             "written_at": utc_now_iso(),
         }
+        content, pos = _content(spans)
+        if content is not None:  # which records, and where in serve's segment log (restart dedupe, checkpoint)
+            entry["content"], entry["segment_pos"] = content, pos
+        return entry
 
     def _entry_from(self, key: str, slug: str, revision: int, prov: dict[str, Any], source: dict[str, Any],
                     env: dict[str, Any]) -> dict[str, Any]:
@@ -385,25 +766,35 @@ class DataDirStore:
             "service": prov.get("service_name"), "started": (env.get("session") or {}).get("started_at"),
             "ended": source.get("captured_at"), "flagged": bool(flag), "flag_ref": source.get("ref") if flag else None,
             "flag_reason": flag, "redacted": bool(env.get("redaction")), "path": f"{SESSIONS}/{slug}",
-            "files": sorted(p.name for p in (self.sessions / slug).iterdir()), "written_at": utc_now_iso(),
+            "files": sorted(p.name for p in (self.sessions / slug).iterdir()), "rendered": True,
+            "written_at": utc_now_iso(),
         }
 
-    def _append(self, entry: dict[str, Any]) -> None:
-        """One line, written with one write(2) call and fsynced before the write counts (the journal's rule).
-
-        A failed write (full disk) is cut back off, so the next line does not follow a torn one."""
+    def _append(self, entry: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """One line (or a batch: one write(2) each, one fsync for all) fsynced before the write counts (the
+        journal's rule). A failed write (full disk) is cut back off, so the next line does not follow a torn one."""
         path = self.root / INDEX
         size = path.stat().st_size if path.exists() else 0
         try:
-            self._index.append(safejson.sanitize(entry))  # a lone surrogate in a conversation id, say
+            entries = entry if isinstance(entry, list) else [entry]
+            self._index.append([safejson.sanitize(e) for e in entries])  # a lone surrogate in an id, say
         except OSError:
             with contextlib.suppress(OSError), open(path, "r+b") as f:
                 f.truncate(size)
             raise
 
     def close(self) -> None:
+        if self._jobs and not self.kept_by_log:
+            self.drain()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         with self._lock:
-            if self._deferred:  # the disk never came back: say exactly what is lost, loudly
+            left = len(self._deferred) + sum(j.state in ("pending", "running") for j in self._jobs.values())
+            if self.kept_by_log and left:
+                log.warning("data dir %s: %d session revision(s) not written at shutdown; their records stay in "
+                            "the segment log and the next start writes them", self.root, left)
+            elif self._deferred:  # the disk never came back: say exactly what is lost, loudly
                 log.error("data dir %s still cannot be written (%s): %d acknowledged session(s) NOT written: %s",
                           self.root, self.degraded, len(self._deferred), ", ".join(self._deferred))
                 self.metrics.inc("wt_otel_sessions_lost_total", len(self._deferred))
@@ -423,6 +814,20 @@ def _rewrite(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+def _positions(spans: object) -> list[int]:
+    return [p for s in spans if (p := getattr(s, "segment_pos", -1)) >= 0] if isinstance(spans, list | tuple) else []
+
+
+def _content(spans: object) -> tuple[str | None, int | None]:
+    """A digest of which records a revision holds (span ids, and the events each carries: logs attach as
+    events), and its lowest segment-log position; (None, None) without spans."""
+    if not isinstance(spans, list | tuple) or not spans:
+        return None, None
+    parts = sorted(f"{getattr(s, 'span_id', '')}:{len(getattr(s, 'events', ()) or ())}" for s in spans)
+    digest = hashlib.sha256("\n".join(parts).encode("utf-8", "replace")).hexdigest()[:32]
+    return digest, min(_positions(spans), default=None)
+
+
 def _plain(record: Any) -> Any:
     """A record (and its events, links) as plain dicts, one level at a time: `dataclasses.asdict`
     deep-copies every value recursively and overflows the stack on hostile nesting."""
@@ -442,15 +847,48 @@ class DataDirStage:
         self.ctx = ctx
 
     def on_session(self, done: CompletedSession) -> None:
-        session = done.session
-        written = done.written = self.store.write(session, done.spans)
+        if self.store.pooled:  # a render worker writes it; `_committed` goes on once its index line is in
+            if self.store.submit(done):
+                done.pending = True
+            else:
+                done.halted = True
+            return
+        written = done.written = self.store.write(done.session, done.spans)
         if written is None:  # deferred (the disk refused it) or quarantined: logged; later stages skip it
             done.halted = True
             return
+        self._announce(done, written)
+
+    def _committed(self, done: CompletedSession, written: Written) -> None:
+        done.written = written
+        self._announce(done, written)
+        if done.resume is not None:
+            done.resume()
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """At shutdown, before any stage closes: finish what the workers hold, run the stages after it."""
+        self.store.drain(timeout)
+
+    def _render_continued(self, key: str) -> None:
+        """A flagged continuation (`<key>~N`, late records after the first part's were dropped): the part it
+        continues is evidence of the same incident, so it is rendered too when it was kept as records."""
+        try:
+            written = self.store.render(key)
+        except (ValueError, OSError) as e:
+            log.warning("session %s: not rendered for its flagged continuation: %s", key, e)
+            return
+        if written is not None and not self.ctx.quiet:
+            self.ctx.emit(f"rendered {written.path} (revision {written.revision}): its continuation was flagged")
+
+    def _announce(self, done: CompletedSession, written: Written) -> None:
+        session = done.session
         if not self.ctx.quiet:
             state = "complete" if session.complete else "INCOMPLETE"
             flag = f", flagged {session.flag_ref}" if session.flagged else ""
-            self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag})")
+            kept = "" if written.entry.get("rendered", True) else ", records only: wt-otel sessions render"
+            self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag}{kept})")
+        if session.flagged and "~" in session.key:
+            self._render_continued(session.key.split("~", 1)[0])
         for callback in self.ctx.on_written:
             callback(written)
 
@@ -459,11 +897,24 @@ class DataDirStage:
 
 
 def _create(data_dir: Path, ctx: StageContext, _next: None) -> DataDirStage:
-    """Opens (and locks, and repairs) the data dir; the assembler asks the store which keys exist."""
-    store = DataDirStore(data_dir, ctx.metrics)
+    """Opens (and locks, and repairs) the data dir; the assembler asks the store which keys exist.
+
+    `datadir.render: flagged` keeps unflagged sessions as records, except with the redactor on: records are
+    not redacted, so every session is rendered (redacted) then, and the log says so."""
+    config = getattr(ctx.serve_config, "datadir", None)
+    render, workers, max_pending = (config.render, config.workers, config.max_pending) if config else ("all", 0, 256)
+    redactor = getattr(ctx.serve_config, "redactor", None)
+    stages = getattr(getattr(ctx.serve_config, "pipeline", None), "stages", [])
+    if render == "flagged" and redactor is not None and redactor.enabled and "redactor" in stages:
+        ctx.warn("datadir.render: flagged is ignored while the redactor is on (records are kept unredacted): "
+                 "every session is rendered, redacted")
+        render = "all"
+    store = DataDirStore(data_dir, ctx.metrics, render=render, workers=workers, max_pending=max_pending)
     ctx.store = store
     ctx.recovery.extend(store.recovery)
-    return DataDirStage(store, ctx)
+    stage = DataDirStage(store, ctx)
+    store.on_committed = stage._committed
+    return stage
 
 
 # config section `data_dir` (a path; no model of its own)

@@ -85,6 +85,7 @@ class _Group:
     absorbed: list[str] = field(default_factory=list)
     retained_at: float = 0.0
     nbytes: int = 0  # estimated bytes of `records`
+    min_pos: int = -1  # lowest segment-log position of `records` (-1: none logged): pins the log's checkpoint
 
     @property
     def held(self) -> list[Record]:
@@ -139,6 +140,12 @@ class SessionAssembler:
         # machine (3-8 ms), so the first burst, before any session is due, cannot queue a minute of writing
         self._seconds_per_session = 0.010
         self._speed_measured = False
+        # durable ingest (wt_otel.serve.segments), set by serve: records below `replay_below` are being replayed;
+        # a written key whose records are all in the replay (`resumable`) is rebuilt under its own key, so the
+        # store sees the same session again (and skips an identical revision) instead of a continuation.
+        self.replay_below = -1
+        self.resumable: Callable[[str], bool] = lambda key: False
+        self.close_deadline: float | None = None  # time.monotonic() by which close() stops writing open sessions
 
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
@@ -177,17 +184,35 @@ class SessionAssembler:
                 self._forget(next(iter(self._retained)))
             self.metrics.set("wt_otel_sessions_open", len(self._open))
 
-    def flush(self, now: float) -> int:
-        """Write every open session now (force_flush, shutdown); complete if every trace's root arrived."""
+    def flush(self, now: float, deadline: float | None = None) -> int:
+        """Write every open session now (force_flush, shutdown); complete if every trace's root arrived.
+
+        With a `deadline` (time.monotonic()), stop there: the sessions left stay open (their records are in
+        the segment log past the checkpoint, and the next start completes them)."""
         with self._lock:
             groups = list(self._open.values())
+            done = 0
             for group in groups:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 self._emit(group, now, complete=group.traces <= group.roots)
-            self.metrics.set("wt_otel_sessions_open", 0)
-            return len(groups)
+                done += 1
+            if done < len(groups):
+                log.warning("shutdown deadline: wrote %d open session(s); %d left in the segment log for the next "
+                            "start to complete", done, len(groups) - done)
+                self.metrics.set("wt_otel_sessions_deferred_to_restart", len(groups) - done)
+            self.metrics.set("wt_otel_sessions_open", len(self._open))
+            return done
 
     def close(self) -> None:
-        self.flush(time.time())
+        self.flush(time.time(), self.close_deadline)
+
+    def needed_position(self) -> int:
+        """The lowest segment-log position an open session or a written one kept for late records holds; -1: none."""
+        with self._lock:
+            held = [g.min_pos for g in self._open.values() if g.min_pos >= 0]
+            held += [g.min_pos for k in self._holding if (g := self._retained[k]).min_pos >= 0]
+            return min(held, default=-1)
 
     @property
     def open_sessions(self) -> int:
@@ -223,7 +248,8 @@ class SessionAssembler:
         if not live:
             tomb = next((self._retained.get(k) for k in keys if k in self._retained), None)
             base = (tomb.continuation_of or tomb.key) if tomb else trace_id
-            group = self._start(base, now, continuation=tomb is not None)
+            group = self._start(base, now, continuation=tomb is not None,
+                                replayed=0 <= record.segment_pos < self.replay_below)
         else:
             group = min(live, key=lambda g: g.created)
             for other in live:
@@ -256,9 +282,10 @@ class SessionAssembler:
         self._retained_bytes -= group.nbytes
         group.records, group.nbytes = None, 0
 
-    def _start(self, base: str, now: float, continuation: bool = False) -> _Group:
+    def _start(self, base: str, now: float, continuation: bool = False, replayed: bool = False) -> _Group:
         key, n = base, 1
-        while key in self._open or key in self._retained or self._is_written(key):
+        while key in self._open or key in self._retained or (
+                self._is_written(key) and not (replayed and self.resumable(key))):
             n += 1
             key = f"{base}~{n}"
         self._counter += 1
@@ -297,6 +324,8 @@ class SessionAssembler:
         into.traces |= other.traces
         into.convs |= other.convs
         into.roots |= other.roots
+        if other.min_pos >= 0 and (into.min_pos < 0 or other.min_pos < into.min_pos):
+            into.min_pos = other.min_pos
         into.root_ended = into.root_ended or other.root_ended
         if into.root_ended:
             self._root_ended.add(into.key)
@@ -310,6 +339,9 @@ class SessionAssembler:
 
     def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
         group.held.append(record)
+        pos = record.segment_pos
+        if pos >= 0 and (group.min_pos < 0 or pos < group.min_pos):
+            group.min_pos = pos
         size = record_bytes(record)
         group.nbytes += size
         self._open_bytes += size

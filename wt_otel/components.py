@@ -80,12 +80,17 @@ class CompletedSession:
 
     `written` is set by the stage that stores the session (the data-dir store's `Written`:
     path, slug, revision, index entry), for the stages after it (auto-replay).
+
+    A stage that finishes the session later (the data-dir store handing it to a render worker) sets
+    `pending`; the pipeline then sets `resume`, which that stage calls once done to run the stages after it.
     """
 
     session: Session
     spans: list[SpanRecord]
     written: Any = None
     halted: bool = False  # set by the store when it deferred or quarantined the session: later stages skip it
+    pending: bool = False
+    resume: Callable[[], None] | None = None
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ one module per family and are registered on it here:
 
     files        schema, validate, import
     serve        serve, flag
+    sessions     sessions render
     servers      universe (serve, freeze), cassette (serve, record)
     conformance  conformance
     replay       run, report, check
@@ -19,7 +20,7 @@ from __future__ import annotations
 import click
 
 from wt_otel import __version__
-from wt_otel.cli import conformance, files, replay, serve, servers, surface
+from wt_otel.cli import conformance, files, replay, serve, servers, sessions, surface
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,7 +31,7 @@ def main() -> None:
 
 for _command in (files.schema, files.validate, files.import_, serve.serve, serve.flag, servers.universe,
                  servers.cassette, conformance.conformance, replay.run_, replay.report_, replay.check_,
-                 surface.surface):
+                 surface.surface, sessions.sessions):
     main.add_command(_command)
 
 __all__ = ["main"]

@@ -63,8 +63,11 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     Log: one line per event, `<UTC time> <LEVEL> <message>` (--log-format json:
     one object per line); info to stdout, warnings and errors to stderr.
 
-    SIGTERM / SIGINT stop the receivers, process everything acknowledged, write
-    every open session, let the replay in flight finish (bounded), and exit 0.
+    An export is acknowledged once fsynced to DATA_DIR/segments (`durability:`);
+    a restart replays what was acknowledged but not yet written. SIGTERM / SIGINT
+    stop the receivers, process what was acknowledged and write open sessions
+    until `durability.shutdown_deadline` (the rest waits in the segment log for
+    the next start), let the replay in flight finish (bounded), and exit 0.
     Exit 1 if it cannot start, 2 on a bad config.
     """
     import signal
@@ -109,7 +112,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     if server.http_url is not None:
         log.info("OTLP/HTTP listening on %s (/v1/traces, /v1/logs, /v1/metrics dropped, /healthz, /metrics)",
                  server.http_url)
-    log.info("data dir: %s", config.data_dir)
+    workers = config.datadir.workers
+    log.info("data dir: %s (render %s; %s)", config.data_dir, config.datadir.render,
+             f"{workers} render worker process(es)" if workers else "rendered in the pipeline thread")
     if server.replay is not None:
         log.info("replay: flagged incidents -> %s (%s, llm %s); runs in %s; result spans %s", server.replay.endpoint,
                  config.replay.runtime, config.replay.llm, config.runs_dir, server.replay.results_target)

@@ -51,6 +51,9 @@ class SpanRecord:
     resource: dict[str, Any] = field(default_factory=dict)
     scope_name: str = ""
     scope_version: str = ""
+    # where serve's segment log holds the request this came from (wt_otel.serve.segments); -1: not logged.
+    # Not part of the record's value: equal records compare equal wherever they were read from.
+    segment_pos: int = field(default=-1, compare=False, repr=False)
 
     @property
     def service_name(self) -> str | None:
@@ -71,6 +74,7 @@ class LogRecord:
     attributes: dict[str, Any] = field(default_factory=dict)
     resource: dict[str, Any] = field(default_factory=dict)
     scope_name: str = ""
+    segment_pos: int = field(default=-1, compare=False, repr=False)  # as SpanRecord.segment_pos
 
     def as_event(self) -> Event:
         """The log as a span event; the name falls back to attr `event.name`."""

@@ -32,6 +32,8 @@ from wt_otel.serve.receivers.config import ReceiversConfig
 __all__ = [
     "AssemblerConfig",
     "ConfigError",
+    "DataDirConfig",
+    "DurabilityConfig",
     "default_flag_rules",
     "FilterConfig",
     "FlagRule",
@@ -113,6 +115,37 @@ class QueueConfig(_Strict):
                                          "also the most traces one request may carry")
     session_window: float = Field(30.0, gt=0)
     fair_share_pressure: float = Field(0.5, ge=0, le=1)
+
+
+class DataDirConfig(_Strict):
+    """How the `datadir` stage writes sessions (exporters/datadir.py, exporters/render_pool.py)."""
+
+    render: Literal["all", "flagged"] = Field(
+        "all", description="all: every session revision is rendered into the six files of `wt-otel import`; "
+                           "flagged: only flagged ones, the others are kept as their index line plus their records "
+                           "(sessions/<slug>/records.otlp.pb) and rendered on demand (`wt-otel sessions render`, "
+                           "`wt-otel flag`, a late flag); with the redactor on, every session is rendered")
+    workers: int = Field(2, ge=0, le=32, description="worker processes that render and write sessions off the "
+                         "pipeline thread (forkserver); 0: in the pipeline thread (the in-app SDK processor's "
+                         "default)")
+    max_pending: int = Field(256, gt=0, description="sessions handed to the workers and not yet indexed; past it "
+                             "the pipeline thread waits for the workers (the queue in front then refuses exports)")
+
+
+class DurabilityConfig(_Strict):
+    """The segment log (`<data-dir>/segments/`, wt_otel.serve.segments): acknowledged means fsynced."""
+
+    enabled: bool = Field(True, description="off: requests are acknowledged once queued in memory (a kill -9 loses "
+                          "what was acknowledged but not yet written)")
+    commit_interval: float = Field(0.005, ge=0, le=1, description="seconds between group commits (one fsync "
+                                   "acknowledges every request appended since the last)")
+    segment_bytes: int = Field(64 * 1024 * 1024, gt=0, description="a generation of segment files is closed "
+                               "once one of them reaches this size")
+    segment_max_age: float = Field(60.0, gt=0, description="... or is this many seconds old")
+    max_bytes: int = Field(4 * 1024 * 1024 * 1024, gt=0, description="cap on the log on disk; past it (open "
+                           "sessions pin it) exports get 429 / RESOURCE_EXHAUSTED with retry info")
+    shutdown_deadline: float = Field(5.0, ge=0, description="seconds SIGTERM spends writing open sessions; the "
+                                     "rest stay in the segments and are completed on the next start")
 
 
 class ReplayResultsConfig(_Strict):
@@ -214,11 +247,13 @@ class ServeConfig(_Strict):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
     data_dir: Path = Field(Path("wt-data"), description="sessions, scenarios, replay queue and runs")
+    datadir: DataDirConfig = Field(default_factory=DataDirConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     assembler: AssemblerConfig = Field(default_factory=AssemblerConfig)
     flagger: FlaggerConfig = Field(default_factory=FlaggerConfig)
     redactor: RedactorConfig = Field(default_factory=RedactorConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    durability: DurabilityConfig = Field(default_factory=DurabilityConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
 
     @property

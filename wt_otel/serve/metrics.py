@@ -36,6 +36,12 @@ HELP = {
     "wt_otel_sessions_deferred": "Sessions kept in memory while the data dir cannot be written.",
     "wt_otel_sessions_quarantined_total": "Sessions set aside in <data-dir>/quarantine (a stage failed on them).",
     "wt_otel_sessions_lost_total": "Sessions neither written nor quarantined (the log says why).",
+    "wt_otel_sessions_kept_unrendered_total": "Session revisions kept as records only (datadir.render: flagged).",
+    "wt_otel_sessions_rendered_on_demand_total": "Sessions rendered later from their records (sessions render, flag).",
+    "wt_otel_render_workers": "Render worker processes (datadir.workers).",
+    "wt_otel_render_pending": "Session revisions handed to the render workers and not yet indexed.",
+    "wt_otel_render_worker_restarts_total": "Render workers that died or hung on a session and were replaced.",
+    "wt_otel_index_commits_total": "Group commits (one fsync each) of index lines for sessions the workers wrote.",
     "wt_otel_session_warnings_total": "What the importer did not understand in a session, by kind (logged once).",
     "wt_otel_queue_depth": "Records waiting in the pipeline queue.",
     "wt_otel_span_index_info": "1, labelled with the span index implementation serve runs (native: the C "
@@ -55,6 +61,21 @@ HELP = {
     "wt_otel_replay_errors_total": "Automatic replays that ended in ERROR (never retried).",
     "wt_otel_replay_refused_total": "Flagged incidents not queued for replay (queue full, import failed).",
     "wt_otel_replay_duplicates_total": "Revisions of an already queued or replayed incident (not queued again).",
+    "wt_otel_segment_bytes": "Bytes of the segment log on disk (durability.max_bytes caps it).",
+    "wt_otel_segment_files": "Segment files in <data-dir>/segments.",
+    "wt_otel_segment_fsyncs_total": "fsyncs of segment files (group commits, rotations).",
+    "wt_otel_segment_commit_batches_total": "Group commits: each acknowledged every request appended since the last.",
+    "wt_otel_segment_commit_entries_total": "Requests made durable by group commits (/ batches: requests per fsync).",
+    "wt_otel_segment_write_errors_total": "Failed segment appends or fsyncs (full disk, EIO): those requests refused.",
+    "wt_otel_segment_refusals_total": "Requests refused because the segment log is at durability.max_bytes.",
+    "wt_otel_segment_torn_tails_total": "Torn last frames cut at start-up (a kill mid-append; never acknowledged).",
+    "wt_otel_segment_replayed_requests_total": "Requests replayed from the segment log at start-up.",
+    "wt_otel_segment_checkpoint_generation": "The segment generation the checkpoint is in (older ones are deleted).",
+    "wt_otel_segments_deleted_total": "Segment generations deleted: every record in them is written.",
+    "wt_otel_sessions_unchanged_total": "Session revisions not written because the same records were written "
+                                        "before (a replay after restart).",
+    "wt_otel_sessions_deferred_to_restart": "Open sessions the shutdown deadline left in the segment log.",
+    "wt_otel_records_deferred_to_restart_total": "Records made durable while serve was stopping: replayed next start.",
 }
 
 

@@ -33,11 +33,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from wt_otel._util.sizeof import record_bytes
 from wt_otel.model.spans import Record
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
 from wt_otel.serve.metrics import Metrics
+
+if TYPE_CHECKING:
+    from wt_otel.serve.segments import SegmentLog
 
 log = logging.getLogger("wt_otel.serve.pipeline")
 
@@ -75,7 +79,11 @@ class Pipeline:
         self.admission = admission or AdmissionControl(
             BudgetConfig(max_records=max_queued_records), held=held if callable(held) else None)
         self.housekeeping = list(housekeeping)  # run on the worker at every tick (retry deferred writes)
-        self._queue: queue.Queue[tuple[Sequence[Record], int] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Sequence[Record], int, int] | None] = queue.Queue()
+        self.on_consumed: Callable[[int], None] | None = None  # the segment log's release (durable ingest)
+        self.segments: SegmentLog | None = None  # set by serve: export() then appends before acknowledging
+        self.drain_deadline: float | None = None  # stopping: past it (monotonic), logged batches are not drained
+        self.left_in_log = 0
         self._queued = 0
         self._queued_bytes = 0
         self._lock = threading.Lock()
@@ -133,24 +141,57 @@ class Pipeline:
             self._queued_bytes += decision.nbytes
             self.metrics.set("wt_otel_queue_depth", self._queued)
             self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
-            self._queue.put((records, decision.nbytes))
+            self._queue.put((records, decision.nbytes, -1))
             self._enqueued.append(time.monotonic())
         return PipelineAdmission.ACCEPTED, ""
+
+    # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
+    # budget (a request in the segment log is acknowledged; refusing it then would only duplicate it on retry).
+
+    def check(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
+        """`admit`'s verdict without queuing anything."""
+        with self._lock:
+            if self._closed:
+                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
+            decision = self.admission.check(records, self._queued_bytes, self._queued, client)
+        if decision.verdict is not Verdict.ADMIT:
+            return _VERDICTS[decision.verdict], decision.reason
+        return PipelineAdmission.ACCEPTED, ""
+
+    def put(self, records: Sequence[Record], position: int) -> bool:
+        """Queue records already in the segment log at `position`; `on_consumed(position)` once the consumer has
+        them. False when shutting down (they stay in the log for the next start)."""
+        with self._lock:
+            if self._closed:
+                return False
+            nbytes = sum(record_bytes(r) for r in records)
+            self._queued += len(records)
+            self._queued_bytes += nbytes
+            self.metrics.set("wt_otel_queue_depth", self._queued)
+            self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
+            self._queue.put((records, nbytes, position))
+            self._enqueued.append(time.monotonic())
+        return True
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
-            batch: tuple[Sequence[Record], int] | None
+            batch: tuple[Sequence[Record], int, int] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
-                batch = ((), 0)
+                batch = ((), 0, -1)
             if batch is None:
                 break
             now = time.time()
             if batch[0]:
-                records, nbytes = batch
-                self._safely(self.consumer.consume, records, now)
+                records, nbytes, position = batch
+                if position >= 0 and self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
+                    self.left_in_log += 1  # stopping, past the deadline: it stays in the segment log (pinned)
+                else:
+                    self._safely(self.consumer.consume, records, now)
+                    if position >= 0 and self.on_consumed is not None:
+                        self.on_consumed(position)
                 with self._lock:
                     self._enqueued.popleft()
                     self._queued -= len(records)
@@ -181,6 +222,9 @@ class Pipeline:
             self._queue.put(None)
         if self._worker.is_alive():
             self._worker.join(timeout)
+        if self.left_in_log:
+            log.warning("shutdown deadline: %d queued request(s) left in the segment log for the next start",
+                        self.left_in_log)
         self._safely(self.consumer.close)
         for job in self.housekeeping:  # a last try at writes deferred by a full disk
             self._safely(job)

@@ -21,6 +21,7 @@ finishes or abandons its replay within a bounded wait, and only then is the data
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -107,7 +108,14 @@ class SessionPipeline:
                 return None
             if name == "flagger":
                 after_flagger = n + 1
+            if done.pending:  # finished later (a render worker): the stage calls `resume` for the rest
+                done.resume = functools.partial(self._resume, done, n + 1)
+                return after_flagger
         return after_flagger
+
+    def _resume(self, done: CompletedSession, start: int) -> None:
+        done.pending = False
+        self._run_stages(done, start)
 
     def _say_if_no_content(self, session: Session) -> None:
         """Content capture off (the default of GenAI instrumentations): said once per service, with the
@@ -160,8 +168,10 @@ class SessionPipeline:
                 start()
 
     def flush(self, now: float | None = None) -> int:
-        """Write every open session now (force_flush)."""
-        return self.assembler.flush(time.time() if now is None else now)
+        """Write every open session now (force_flush), render workers included."""
+        n = self.assembler.flush(time.time() if now is None else now)
+        self.drain_stages()
+        return n
 
     def close_stages(self) -> None:
         """Close the session stages in reverse order (the replay worker before the data dir it reads)."""
@@ -177,7 +187,19 @@ class SessionPipeline:
             self.queue.stop(timeout)
         else:
             self.head.close()
+        self.drain_stages()
         self.close_stages()
+
+    def drain_stages(self, timeout: float | None = None) -> None:
+        """Let stages that finish sessions later (render workers) finish them, in order, before any stage closes;
+        `timeout`: seconds each may take (None: the stage's own bound)."""
+        for name, stage in self.session_stages:
+            drain = getattr(stage, "drain", None)
+            if callable(drain):
+                try:
+                    drain() if timeout is None else drain(timeout)
+                except Exception:
+                    log.exception("stage %s: drain failed", name)
 
 
 def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit: Callable[[str], None] = print,
@@ -255,6 +277,7 @@ class Server:
         self.pipeline: Pipeline | None = None
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
+        self.segments: Any = None  # wt_otel.serve.segments.SegmentLog when durability.enabled (and a data dir)
         self._no_content_services: set[str] = set()
 
     @property
@@ -299,9 +322,13 @@ class Server:
         from wt_otel.serve.receivers import start_receivers
 
         try:
+            if config.durability.enabled and self.store is not None:
+                self._start_segments()
             self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
         except (OSError, RuntimeError, ValueError) as exc:
             self.pipeline.stop()
+            if self.segments is not None:
+                self.segments.close()
             replay = self.replay
             if replay is not None:
                 replay.stop(0)
@@ -315,11 +342,84 @@ class Server:
         return self
 
     def stop(self, grace: float = 5) -> None:
-        """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order."""
+        """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order.
+
+        With the segment log, open sessions are written until `durability.shutdown_deadline`; the rest stay
+        in the log past the last checkpoint, and the next start completes them."""
         if self.receivers is not None:
             self.receivers.stop(grace=grace)
-        if self.stages is not None:
+        if self.stages is None:
+            return
+        if self.segments is None or self.stages.queue is None:
             self.stages.stop()
+            return
+        deadline = time.monotonic() + self.config.durability.shutdown_deadline
+        self.stages.assembler.close_deadline = self.stages.queue.drain_deadline = deadline
+        self.stages.queue.stop()
+        self.stages.drain_stages(max(0.0, deadline - time.monotonic()))
+        needed = self._needed_position()  # sessions still with the render workers included
+        self.stages.close_stages()
+        self.segments.close(needed)
+
+    # ------------------------------------------------------------------ the segment log
+
+    def _start_segments(self) -> None:
+        """Open the log (repairing torn tails), replay what is past the checkpoint into the queue, then let the
+        receivers append: before they open, so replayed records come first."""
+        from wt_otel.serve.segments import SegmentLog
+
+        dur, assert_queue = self.config.durability, self.pipeline
+        assert assert_queue is not None and self.stages is not None
+        segments = self.segments = SegmentLog(
+            self.config.data_dir, commit_interval=dur.commit_interval, segment_bytes=dur.segment_bytes,
+            segment_max_age=dur.segment_max_age, max_bytes=dur.max_bytes, metrics=self.metrics)
+        self.recovery += segments.recovery
+        queue, assembler, store = assert_queue, self.stages.assembler, self.store
+        queue.on_consumed = segments.release
+        store.kept_by_log = True
+        start = segments.checkpoint_position
+        assembler.replay_below = store.replayed_below = segments.replay_end
+        assembler.resumable = lambda key: store.replayable(key, start)
+        queue.housekeeping.append(lambda: segments.checkpoint(self._needed_position()))
+        self._replay(segments, queue)
+        queue.segments = segments  # from now on export() appends before it acknowledges
+
+    def _replay(self, segments: Any, queue: Pipeline) -> None:
+        from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode
+
+        start = segments.checkpoint_position
+        segments.pin(start)  # nothing replayed from is deleted while replaying
+        requests = records = bad = 0
+        try:
+            for signal, pos, data in segments.replay():
+                try:
+                    decoded = decode(Signal(signal), data, Encoding.PROTOBUF)
+                except MalformedRequest as exc:
+                    bad += 1
+                    log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
+                    continue
+                if not decoded.records:
+                    continue
+                for record in decoded.records:
+                    record.segment_pos = pos
+                while queue.queued > queue.max_queued_records // 2:  # bounded memory: let the worker catch up
+                    time.sleep(0.01)
+                segments.pin(pos)
+                queue.put(decoded.records, pos)
+                requests += 1
+                records += len(decoded.records)
+        finally:
+            segments.release(start)
+        self.metrics.inc("wt_otel_segment_replayed_requests_total", requests)
+        if requests or bad:
+            note = f"replayed {requests} request(s), {records} record(s), from the segment log past its checkpoint"
+            self.recovery.append(note + (f"; {bad} unreadable entr(ies) skipped" if bad else ""))
+
+    def _needed_position(self) -> int:
+        """The lowest segment position the assembler or the store (deferred writes) still needs; -1: none."""
+        held = [p for p in (self.stages.assembler.needed_position() if self.stages else -1,
+                            self.store.pinned_position() if self.store is not None else -1) if p >= 0]
+        return min(held, default=-1)
 
     def __enter__(self) -> Server:
         return self.start()

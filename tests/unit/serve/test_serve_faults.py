@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceS
 
 from tests.support.hostile import HUGE_INT_ARGS, genai_session, tid, to_request
 from wt_otel.exporters.datadir import read_index
-from wt_otel.serve.config import AssemblerConfig, QueueConfig, ReceiversConfig, ServeConfig
+from wt_otel.serve.config import AssemblerConfig, DataDirConfig, QueueConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.server import Server
 
 
@@ -152,7 +152,8 @@ def test_item3_budget_full_answers_429_with_retry_info(tmp_path):
 
 def test_item4_full_disk_stops_acknowledging_keeps_data_and_writes_it_later(tmp_path):
     """With a full data dir, acknowledged sessions used to be lost while /healthz said ok."""
-    server = _server(tmp_path)
+    # the `write_dir` seam is the pipeline thread's; render workers meet a real full disk in test_full_disk_tmpfs
+    server = _server(tmp_path, datadir=DataDirConfig(workers=0))
     store = server.store
     real = store.write_dir
     full = {"on": True}
@@ -185,7 +186,8 @@ def test_item4_full_disk_stops_acknowledging_keeps_data_and_writes_it_later(tmp_
 
 
 def test_item4_shutdown_on_a_full_disk_tries_once_more(tmp_path):
-    server = _server(tmp_path)
+    # the `write_dir` seam is the pipeline thread's; render workers meet a real full disk in test_full_disk_tmpfs
+    server = _server(tmp_path, datadir=DataDirConfig(workers=0))
     store = server.store
     real, full = store.write_dir, {"on": True}
     store.write_dir = lambda dest, files, **kw: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")) if full[

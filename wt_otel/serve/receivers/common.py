@@ -51,11 +51,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
 from wt_otel.model.spans import LogRecord, Record, SpanRecord
 from wt_otel.serve.budget import DECODED_PER_WIRE_BYTE
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
+from wt_otel.serve.segments import SegmentFull, SegmentLog, SegmentUnavailable
 
 log = logging.getLogger("wt_otel.serve.receivers")
 
@@ -325,14 +327,16 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         metrics.inc("wt_otel_records_rejected_total", decoded.rejected, reason="invalid_id")
     if not decoded.records:
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+    segments = getattr(pipeline, "segments", None)
+    if segments is not None:  # durable ingest: acknowledged only once in the segment log
+        return _durable_export(signal, body, encoding, decoded, pipeline, segments, metrics, client)
     admit = getattr(pipeline, "admit", None)  # a bare `offer(records)` sink (the demo's) still works
     admission, reason = admit(decoded.records, client) if admit else (pipeline.offer(decoded.records), "")
     n = len(decoded.records)
     if admission is PipelineAdmission.ACCEPTED:
         metrics.inc("wt_otel_records_accepted_total", n)
         return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
-    metrics.inc("wt_otel_records_rejected_total", n, reason=_REJECTED_REASON[admission])
-    return _refused(admission, reason, f"{n} records refused")
+    return _counted_refusal(admission, reason, n, metrics)
 
 
 # Why records were refused, by admission verdict (the `reason` label of wt_otel_records_rejected_total).
@@ -368,6 +372,47 @@ def precheck(body: bytes | Message, encoding: Encoding, pipeline: Pipeline, metr
         return None
     metrics.inc("wt_otel_requests_shed_total", reason=_REJECTED_REASON[admission])
     return _refused(admission, reason, "refused before decoding")
+
+
+def _durable_export(signal: Signal, body: bytes | Message, encoding: Encoding, decoded: Decoded, pipeline: Pipeline,
+                    segments: SegmentLog, metrics: Metrics, client: str | None) -> ExportResult:
+    """`export` with a segment log: admission check, append, wait for the group commit, then queue.
+
+    Refused before the append (budget) or when the append or fsync fails: nothing is acknowledged. Once
+    the bytes are fsynced the request is acknowledged even if serve is stopping: it is replayed next start."""
+    records, n = decoded.records, len(decoded.records)
+    admission, reason = pipeline.check(records, client)
+    if admission is not PipelineAdmission.ACCEPTED:
+        return _counted_refusal(admission, reason, n, metrics)
+    if encoding is Encoding.PROTOBUF and not decoded.rejected and not decoded.dropped:
+        data = body if isinstance(body, bytes) else body.SerializeToString()
+    else:  # OTLP/JSON, rejected or screened-out records: store what was kept, as protobuf (one format in the log)
+        request = traces_request(records) if signal is Signal.TRACES else logs_request(records)  # type: ignore[arg-type]
+        data = request.SerializeToString()
+    try:
+        ticket = segments.append(signal.value, data)
+    except SegmentFull as e:
+        return _counted_refusal(PipelineAdmission.FULL, str(e), n, metrics, "segment_log_full")
+    except SegmentUnavailable as e:
+        return _counted_refusal(PipelineAdmission.UNAVAILABLE, str(e), n, metrics)
+    try:
+        segments.wait(ticket)
+    except SegmentUnavailable as e:
+        segments.release(ticket.pos)
+        return _counted_refusal(PipelineAdmission.UNAVAILABLE, str(e), n, metrics)
+    for record in records:
+        record.segment_pos = ticket.pos
+    if not pipeline.put(records, ticket.pos):  # stopping: it stays pinned, past the last checkpoint
+        metrics.inc("wt_otel_records_deferred_to_restart_total", n)
+    metrics.inc("wt_otel_records_accepted_total", n)
+    return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
+
+
+def _counted_refusal(admission: PipelineAdmission, reason: str, n: int, metrics: Metrics,
+                     label: str | None = None) -> ExportResult:
+    """`_refused` for `n` decoded records, counted in wt_otel_records_rejected_total by reason."""
+    metrics.inc("wt_otel_records_rejected_total", n, reason=label or _REJECTED_REASON[admission])
+    return _refused(admission, reason, f"{n} records refused")
 
 
 _POINT_FIELDS = {"gauge": "data_points", "sum": "data_points", "histogram": "data_points",

@@ -1,0 +1,352 @@
+"""serve's durable segment log (issue 15, item 1): acknowledged means fsynced, replayed after a restart.
+
+In process, on real OTLP/HTTP requests (protobuf and JSON, traces and logs); the kill -9 of a real
+`wt-otel serve` subprocess is in tests/e2e/test_durable_ingest.py."""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.support.hostile import genai_session, span_ids, tid, to_otlp_json
+from tests.support.livehelpers import log_event
+from wt_otel.exporters.datadir import read_index
+from wt_otel.ingest.dumps import read_dump
+from wt_otel.ingest.otlp_encode import logs_request, traces_request
+from wt_otel.model.spans import SpanRecord
+from wt_otel.serve.config import AssemblerConfig, DurabilityConfig, ReceiversConfig, ServeConfig
+from wt_otel.serve.segments import CHECKPOINT, SEGMENTS, SegmentFull, SegmentLog, SegmentUnavailable, split
+from wt_otel.serve.server import Server
+
+
+def config(data_dir: Path, idle: float = 60.0, late_window: float = 300.0, **durability) -> ServeConfig:
+    return ServeConfig(data_dir=data_dir, receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                       assembler=AssemblerConfig(idle_timeout=idle, grace=idle, late_window=late_window),
+                       durability=DurabilityConfig(**durability))
+
+
+def post(server: Server, body: bytes, path: str = "/v1/traces",
+         content_type: str = "application/x-protobuf") -> tuple[int, dict[str, str]]:
+    req = urllib.request.Request(f"{server.http_url}{path}", data=body, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers)
+
+
+def session(n: int) -> bytes:
+    return traces_request(genai_session(tid(n))).SerializeToString()
+
+
+def written(data_dir: Path) -> dict[str, dict]:
+    return read_index(data_dir).latest()
+
+
+def wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def crash(server: Server) -> None:
+    """Leave the data dir as a kill -9 would as far as the log goes: no final checkpoint, no shutdown flush.
+    (The receivers stop and the store's lock is released so a second Server can open the dir in-process.)"""
+    server.receivers.stop(grace=0)
+    pipeline = server.pipeline
+    assert pipeline is not None and server.stages is not None
+    pipeline._closed = True  # noqa: SLF001 - nothing more is consumed, flushed or checkpointed
+    pipeline._queue.put(None)  # noqa: SLF001
+    pipeline._worker.join()  # noqa: SLF001
+    server.stages.store._lockfile.close()  # noqa: SLF001
+
+
+def segment_files(data_dir: Path, signal: str = "traces") -> list[Path]:
+    return sorted((data_dir / SEGMENTS).glob(f"*.{signal}.pb"))
+
+
+def test_an_acknowledged_request_is_in_a_segment_that_import_reads(tmp_path: Path) -> None:
+    server = Server(config(tmp_path), quiet=True).start()
+    try:
+        assert post(server, session(1))[0] == 200
+        spans = genai_session(tid(2))
+        json_body = json.dumps(to_otlp_json(spans)).encode()
+        assert post(server, json_body, content_type="application/json")[0] == 200
+        logs = [log_event(tid(1), span_ids(tid(1))[1])]
+        assert post(server, logs_request(logs).SerializeToString(), "/v1/logs")[0] == 200
+        # acknowledged = already on disk, before any session is written
+        assert written(tmp_path) == {}
+        [traces] = segment_files(tmp_path)
+        [logfile] = segment_files(tmp_path, "logs")
+        read = list(read_dump(traces))
+        assert {r.trace_id for r in read} == {tid(1), tid(2)}
+        assert {r.span_id for r in read if r.trace_id == tid(2)} == {s.span_id for s in spans}
+        assert [r.event_name for r in read_dump(logfile)] == ["gen_ai.user.message"]
+        # the OTLP/JSON request was stored as protobuf: one format in the log
+        frames = traces.read_bytes()
+        n = int.from_bytes(frames[:4], "big")
+        second = frames[4 + n:]
+        request = ExportTraceServiceRequest.FromString(second[4:4 + int.from_bytes(second[:4], "big")])
+        assert {s.span_id.hex() for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans} == \
+            {s.span_id for s in spans}
+    finally:
+        server.stop()
+    assert set(written(tmp_path)) == {tid(1), tid(2)}
+
+
+def test_a_crash_is_replayed_at_start_and_every_acknowledged_session_written(tmp_path: Path) -> None:
+    first = Server(config(tmp_path), quiet=True).start()
+    for n in range(4):
+        assert post(first, session(n))[0] == 200
+    json_body = json.dumps(to_otlp_json(genai_session(tid(4)))).encode()  # OTLP/HTTP JSON is durable too
+    assert post(first, json_body, content_type="application/json")[0] == 200
+    logs = [log_event(tid(0), span_ids(tid(0))[1], body={"content": "weather in Oslo?"})]
+    assert post(first, logs_request(logs).SerializeToString(), "/v1/logs")[0] == 200
+    crash(first)
+    assert written(tmp_path) == {}
+
+    again = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        assert any("replayed 6 request(s)" in note for note in again.recovery), again.recovery
+        wait_for(lambda: len(written(tmp_path)) == 5)
+    finally:
+        again.stop()
+    assert set(written(tmp_path)) == {tid(n) for n in range(5)}
+    assert again.metrics.get("wt_otel_segment_replayed_requests_total") == 6
+
+
+def test_a_torn_segment_tail_is_cut_counted_and_reported(tmp_path: Path) -> None:
+    first = Server(config(tmp_path), quiet=True).start()
+    assert post(first, session(1))[0] == 200
+    crash(first)
+    [path] = segment_files(tmp_path)
+    whole = path.stat().st_size
+    with open(path, "ab") as f:  # killed in the middle of the next append: a length prefix and half a message
+        f.write(len(session(2)).to_bytes(4, "big") + session(2)[:40])
+
+    again = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        assert any("torn last frame" in note and "44 bytes" in note for note in again.recovery), again.recovery
+        assert path.stat().st_size == whole
+        assert again.metrics.get("wt_otel_segment_torn_tails_total") == 1
+        wait_for(lambda: set(written(tmp_path)) == {tid(1)})
+    finally:
+        again.stop()
+
+
+def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> None:
+    server = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        segments = server.segments
+
+        def full(fd: int, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        segments.write = full
+        status, headers = post(server, session(1))
+        assert status == 503 and headers.get("Retry-After")
+        assert server.pipeline.queued == 0
+        assert all(p.stat().st_size == 0 for p in segment_files(tmp_path))
+        segments.write = __import__("os").write  # space returns
+        assert post(server, session(2))[0] == 200
+        wait_for(lambda: tid(2) in written(tmp_path))
+    finally:
+        server.stop()
+    assert set(written(tmp_path)) == {tid(2)}  # the refused request was not kept either
+    assert server.metrics.get("wt_otel_segment_write_errors_total") == 1
+
+
+def test_a_failed_fsync_refuses_the_requests_it_covered_and_cuts_them_off(tmp_path: Path) -> None:
+    server = Server(config(tmp_path), quiet=True).start()
+    segments = server.segments
+    assert post(server, session(1))[0] == 200
+    [path] = segment_files(tmp_path)
+    good = path.stat().st_size
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    segments.fsync = eio
+    status, headers = post(server, session(2))
+    assert status == 503 and headers.get("Retry-After")
+    assert path.stat().st_size == good  # nothing unacknowledged left to replay
+    segments.fsync = __import__("os").fsync
+    crash(server)
+    again = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        wait_for(lambda: tid(1) in written(tmp_path))
+        time.sleep(0.3)
+    finally:
+        again.stop()
+    assert set(written(tmp_path)) == {tid(1)}
+
+
+def test_past_the_byte_cap_new_data_is_refused_with_retry_info(tmp_path: Path) -> None:
+    body = session(1)
+    server = Server(config(tmp_path, max_bytes=2 * len(body) + 10), quiet=True).start()
+    try:
+        assert post(server, body)[0] == 200
+        assert post(server, session(2))[0] == 200
+        status, headers = post(server, session(3))  # open sessions pin both: the cap is reached
+        assert status == 429 and headers.get("Retry-After")
+    finally:
+        server.stop()
+    assert set(written(tmp_path)) == {tid(1), tid(2)}
+    assert server.metrics.get("wt_otel_records_rejected_total", reason="segment_log_full") == 4
+
+
+def test_retention_deletes_only_generations_whose_sessions_are_written(tmp_path: Path) -> None:
+    # one request per generation; late_window 0: a written session pins nothing
+    server = Server(config(tmp_path, idle=0.3, late_window=0, segment_bytes=1), quiet=True).start()
+    try:
+        assert post(server, session(1))[0] == 200
+        wait_for(lambda: tid(1) in written(tmp_path))
+        server.stages.assembler.idle_timeout = server.stages.assembler.grace = 60
+        assert post(server, session(2))[0] == 200  # stays open
+        assert post(server, session(3))[0] == 200  # stays open; a third generation
+        wait_for(lambda: len(segment_files(tmp_path)) == 2)
+        checkpoint = json.loads((tmp_path / SEGMENTS / CHECKPOINT).read_text())
+        kept = [split(checkpoint["position"])[0] <= int(p.name[:12]) for p in segment_files(tmp_path)]
+        assert all(kept)
+        remaining = {r.trace_id for p in segment_files(tmp_path) for r in read_dump(p)}
+        assert remaining == {tid(2), tid(3)}  # the written one's generation went, the open ones' stayed
+    finally:
+        server.stop()
+    assert server.metrics.get("wt_otel_segments_deleted_total") >= 1
+
+
+def test_a_restart_does_not_write_a_written_session_again_and_late_spans_still_revise_it(tmp_path: Path) -> None:
+    spans = genai_session(tid(1))
+    early, late = spans[:2], spans[2:]  # the tool span and the second chat arrive after the first write
+    first = Server(config(tmp_path, idle=0.3), quiet=True).start()
+    try:
+        assert post(first, traces_request(early).SerializeToString())[0] == 200
+        wait_for(lambda: tid(1) in written(tmp_path))
+    finally:
+        first.stop()
+    assert [e["revision"] for e in read_index(tmp_path).entries] == [1]
+
+    again = Server(config(tmp_path, idle=0.3), quiet=True).start()  # the written session is replayed (late window)
+    try:
+        wait_for(lambda: again.metrics.get("wt_otel_sessions_unchanged_total") == 1)
+        assert [e["revision"] for e in read_index(tmp_path).entries] == [1]  # not written twice
+        assert post(again, traces_request(late).SerializeToString())[0] == 200
+        wait_for(lambda: written(tmp_path)[tid(1)]["revision"] == 2)
+    finally:
+        again.stop()
+    entries = read_index(tmp_path).entries
+    assert [e["key"] for e in entries] == [tid(1), tid(1)]  # one session, revised: no continuation key
+    envelope = json.loads((tmp_path / entries[-1]["path"] / "incident.wtin.json").read_text())
+    assert set(envelope["provenance"]["llm_span_ids"]) == {s.span_id for s in spans if s.name.startswith("chat")}
+
+
+def test_sigterm_leaves_what_the_deadline_did_not_write_for_the_next_start(tmp_path: Path) -> None:
+    server = Server(config(tmp_path, shutdown_deadline=0), quiet=True).start()
+    for n in range(3):
+        assert post(server, session(n))[0] == 200
+    server.stop()
+    assert written(tmp_path) == {}  # a zero deadline writes nothing at shutdown...
+    assert server.metrics.get("wt_otel_sessions_deferred_to_restart") == 3
+    again = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        wait_for(lambda: len(written(tmp_path)) == 3)  # ...and loses nothing
+    finally:
+        again.stop()
+
+
+def test_the_log_alone_pins_fsyncs_in_groups_and_deletes_below_the_checkpoint(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, commit_interval=0.05, segment_bytes=1)
+    try:
+        tickets = [log.append("traces", b"\x0a\x00") for _ in range(3)]  # three generations (segment_bytes=1)
+        for t in tickets:
+            log.wait(t)
+        assert [split(t.pos)[0] for t in tickets] == [1, 2, 3]
+        log.release(tickets[1].pos)
+        log.release(tickets[2].pos)
+        assert log.checkpoint(None) == tickets[0].pos  # the first is still pinned: nothing goes
+        assert len(segment_files(tmp_path)) == 3
+        log.release(tickets[0].pos)
+        log.checkpoint(None)
+        assert [p.name for p in segment_files(tmp_path)] == ["000000000003.traces.pb"]  # the open one stays
+    finally:
+        log.close()
+
+
+def test_one_fsync_acknowledges_many_appends(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, commit_interval=0.2)
+    try:
+        log.wait(log.append("logs", b"\x0a\x00"))  # the first commit is at once; the next waits its interval
+        many = [log.append("logs", b"\x0a\x00") for _ in range(20)]
+        for t in many:
+            log.wait(t)
+        for t in [many[0], *many]:
+            log.release(t.pos)
+        assert log.metrics.get("wt_otel_segment_commit_entries_total") == 21
+        assert log.metrics.get("wt_otel_segment_commit_batches_total") < 10
+    finally:
+        log.close()
+
+
+def test_the_log_refuses_past_its_cap_and_after_close(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, max_bytes=10)
+    log.wait(log.append("traces", b"12345"))
+    with pytest.raises(SegmentFull, match="max_bytes"):
+        log.append("traces", b"12345")
+    log.close()
+    with pytest.raises(SegmentUnavailable, match="closed"):
+        log.append("traces", b"1")
+
+
+def test_records_carry_no_position_outside_serve() -> None:
+    assert SpanRecord(trace_id=tid(1), span_id="1" * 16, name="x").segment_pos == -1
+
+
+def test_past_the_shutdown_deadline_logged_batches_stay_queued_in_the_log_not_drained() -> None:
+    from wt_otel.serve.pipeline import Pipeline
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.got: list = []
+
+        def consume(self, records, now) -> None:
+            self.got.extend(records)
+
+        def tick(self, now) -> None: ...
+
+        def close(self) -> None: ...
+
+    consumer, released = Consumer(), []
+    pipeline = Pipeline(consumer)
+    pipeline.on_consumed = released.append
+    pipeline.drain_deadline = 0.0  # long past
+    pipeline.start()
+    span = SpanRecord(trace_id=tid(1), span_id="1" * 16, name="x")
+    assert pipeline.put([span], 7)
+    assert pipeline.offer([SpanRecord(trace_id=tid(2), span_id="2" * 16, name="y")]).value == "accepted"
+    pipeline.stop()
+    assert [r.trace_id for r in consumer.got] == [tid(2)]  # only in memory: drained; logged: left for the restart
+    assert released == [] and pipeline.left_in_log == 1
+
+
+def test_after_a_clean_stop_that_deleted_every_segment_new_appends_still_land_past_the_checkpoint(
+        tmp_path: Path) -> None:
+    first = Server(config(tmp_path, late_window=0), quiet=True).start()
+    assert post(first, session(1))[0] == 200
+    first.stop()  # written at shutdown; nothing pinned: every generation is deleted, the checkpoint moves on
+    assert segment_files(tmp_path) == []
+    second = Server(config(tmp_path), quiet=True).start()
+    assert post(second, session(2))[0] == 200
+    crash(second)
+    third = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    try:
+        wait_for(lambda: tid(2) in written(tmp_path))
+    finally:
+        third.stop()

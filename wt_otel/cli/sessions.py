@@ -1,0 +1,82 @@
+"""`wt-otel sessions render`: render sessions that `datadir.render: flagged` kept as records only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.group("sessions")
+def sessions() -> None:
+    """Sessions in a data dir (what `wt-otel serve` wrote)."""
+
+
+@sessions.command("render")
+@click.argument("names", nargs=-1, metavar="KEY|SLUG...")
+@click.option("--all", "all_", is_flag=True, help="Every session kept as records only.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
+              show_default=True, help="The data dir `wt-otel serve` writes.")
+@click.pass_context
+def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dir: Path) -> None:
+    """Render sessions kept as records only into the six files of `wt-otel import`.
+
+    With `datadir.render: flagged`, serve keeps an unflagged session as its
+    index line plus DATA_DIR/sessions/<slug>/records.otlp.pb (OTLP protobuf,
+    the collector's `format: proto`; `wt-otel import` reads it too). This
+    command renders it in place, exactly as serve would have, and appends a
+    revision to sessions.ndjsonl (`rendered: true`). A session already
+    rendered is left alone. `wt-otel flag` renders one as well.
+
+    \b
+    Exit status:
+      0  every named session is rendered (now or before)
+      1  the data dir is in use (serve is running on it) or cannot be
+         written, or some session's records could not be read or rendered
+      2  usage: no KEY|SLUG and no --all, both, or an unknown session
+    """
+    from wt_otel.components import load as load_component
+
+    if bool(names) == all_:
+        click.echo("error: name sessions (KEY or SLUG) or pass --all, not both or neither", err=True)
+        ctx.exit(2)
+    if not (data_dir / "sessions.ndjsonl").is_file():
+        click.echo(f"error: {data_dir} is not a wt-otel data dir (no sessions.ndjsonl)", err=True)
+        ctx.exit(2)
+    try:
+        store = load_component("exporters", "datadir")(data_dir)
+    except (OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
+        ctx.exit(1)
+    failed = 0
+    try:
+        if all_:
+            targets = store.unrendered()
+        else:
+            targets = []
+            for name in names:
+                try:
+                    targets.append(store.resolve(name)[0])
+                except ValueError as exc:
+                    click.echo(f"error: {exc}", err=True)
+                    ctx.exit(2)
+        total = len(targets)
+        if all_ and not total:
+            click.echo(f"nothing to render: every session in {data_dir} is rendered")
+        for n, key in enumerate(targets, 1):
+            where = f"[{n}/{total}] " if all_ else ""
+            try:
+                written = store.render(key)
+            except (ValueError, OSError) as exc:
+                failed += 1
+                click.echo(f"{where}error: {exc}", err=True)
+                continue
+            if written is None:
+                click.echo(f"{where}{store.sessions / store.resolve(key)[1]}: already rendered")
+            else:
+                click.echo(f"{where}rendered {written.path} (revision {written.revision})")
+    finally:
+        store.close()
+    if failed:
+        click.echo(f"{failed} of {total} session(s) not rendered", err=True)
+        ctx.exit(1)

@@ -1,0 +1,511 @@
+"""serve's durable segment log: a request is acknowledged only once its bytes are fsynced here.
+
+Layout, in `<data-dir>/segments/`:
+
+    000000000007.traces.pb     OTLP ExportTraceServiceRequest messages
+    000000000007.logs.pb       OTLP ExportLogsServiceRequest messages
+    checkpoint.json            {"v": 1, "position": P, "generation": G, "written_at": ...}
+
+Each file is the collector file exporter's `format: proto` stream (a 4-byte
+big-endian length, then the message), so `wt-otel import` reads a segment as
+it is. One file per signal and generation: a reader tells traces from logs by
+the file name (`.traces.pb` / `.logs.pb`), never by guessing. OTLP/JSON
+requests (and requests with rejected records) are stored as the protobuf of the
+records serve accepted (`wt_otel.ingest.otlp_encode`), so segments hold one
+format.
+
+Positions. A generation's files are opened together and closed together (when
+one reaches `segment_bytes`, or the generation is `segment_max_age` old), so a
+position `(generation, signal, offset)`, packed into one int, grows with time
+across files. Each decoded record carries the position of its request
+(`SpanRecord.segment_pos`). The checkpoint is the lowest position still needed:
+requests appended but not yet handed to the assembler (the pins here), records
+the assembler holds (open sessions and written ones kept for late spans), and
+the head of the open generation (anything appended later lies above it).
+Generations wholly below the checkpoint are deleted.
+
+Group commit. Writers `append` (one write(2) under a lock) and `wait`; one
+committer thread fsyncs the dirty files at most every `commit_interval` seconds
+and wakes every waiter it covered. A failed write or fsync (full disk, EIO)
+truncates the file back to what was fsynced and raises `SegmentUnavailable` in
+every affected waiter: the request is refused (503 / UNAVAILABLE + retry info),
+never acknowledged. Past `max_bytes` on disk, `SegmentFull` (429 /
+RESOURCE_EXHAUSTED + retry info): the open sessions pin more than the cap.
+
+Start-up. Every segment's torn tail (a kill mid-write) is cut back to its last
+whole frame, counted and reported; new appends go to a new generation; `replay()`
+yields the entries at or past the checkpoint for serve to feed its pipeline
+before the receivers open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from wt_otel._util.clock import utc_now_iso
+from wt_otel.serve.metrics import Metrics
+
+log = logging.getLogger("wt_otel.serve.segments")
+
+SEGMENTS = "segments"
+CHECKPOINT = "checkpoint.json"
+SIGNALS = ("traces", "logs")  # index in this tuple = the signal bits of a position
+MAX_FRAME = 64 * 1024 * 1024  # as `wt_otel.ingest.dumps.MAX_RECORD_BYTES`
+_OFFSET_BITS = 40  # a segment never reaches 1 TiB
+_GEN_SHIFT = _OFFSET_BITS + 1
+_NAME = re.compile(r"^(\d{12})\.(traces|logs)\.pb$")
+
+
+def position(generation: int, signal: int, offset: int) -> int:
+    """One int ordered as (generation, signal, offset)."""
+    return generation << _GEN_SHIFT | signal << _OFFSET_BITS | offset
+
+
+def split(pos: int) -> tuple[int, int, int]:
+    return pos >> _GEN_SHIFT, (pos >> _OFFSET_BITS) & 1, pos & ((1 << _OFFSET_BITS) - 1)
+
+
+def segment_name(generation: int, signal: str) -> str:
+    return f"{generation:012d}.{signal}.pb"
+
+
+class SegmentUnavailable(Exception):
+    """The bytes could not be written or fsynced: refuse the request (503 / UNAVAILABLE, retry)."""
+
+
+class SegmentFull(Exception):
+    """The log is at its byte cap (open sessions pin it): refuse the request (429, retry)."""
+
+
+class Checkpoint(BaseModel):
+    """`segments/checkpoint.json`: replay starts at `position`; generations below `generation` are gone."""
+
+    model_config = ConfigDict(extra="ignore")
+    v: int = 1
+    position: int = 0
+    generation: int = 0
+    written_at: str = ""
+
+
+@dataclass
+class _Open:
+    """One open segment file of the current generation."""
+
+    signal: int
+    generation: int
+    fd: int
+    size: int = 0  # bytes written
+    committed: int = 0  # bytes fsynced
+    epoch: int = 0  # bumped when a failed fsync cut the file back: every waiter past `committed` fails
+    error: str = ""
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class Ticket:
+    """What `append` returns and `wait` takes."""
+
+    pos: int
+    end: int
+    segment: _Open
+    epoch: int
+
+
+@dataclass
+class Opened:
+    """What start-up found in the segment directory."""
+
+    checkpoint: Checkpoint
+    generations: list[int] = field(default_factory=list)
+    torn: list[str] = field(default_factory=list)  # "<file>: cut N bytes of a torn last frame"
+    problems: list[str] = field(default_factory=list)
+
+
+class SegmentLog:
+    """Thread-safe. `append` + `wait` from the receivers; `checkpoint` on the pipeline's tick."""
+
+    def __init__(self, data_dir: Path | str, *, commit_interval: float = 0.005, segment_bytes: int = 64 << 20,
+                 segment_max_age: float = 60.0, max_bytes: int = 4 << 30, metrics: Metrics | None = None) -> None:
+        self.dir = Path(data_dir) / SEGMENTS
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.commit_interval = commit_interval
+        self.segment_bytes = segment_bytes
+        self.segment_max_age = segment_max_age
+        self.max_bytes = max_bytes
+        self.metrics = metrics or Metrics()
+        self.fsync = os.fsync  # the seam fault-injection tests replace (EIO)
+        self.write = os.write  # ... and this one (ENOSPC)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pins: dict[int, int] = {}  # position -> count: appended, not yet with the assembler
+        self._dirty: set[int] = set()  # signals with unsynced bytes
+        self._closing = False
+        self.opened = self._scan()
+        self.recovery: list[str] = self.opened.torn + self.opened.problems
+        self._sizes: dict[int, int] = {g: self._gen_bytes(g) for g in self.opened.generations}
+        self._total = sum(self._sizes.values())
+        # the first new position: above every file left, and above the checkpoint even when every file is gone
+        first = max(max(self.opened.generations, default=0), self.opened.checkpoint.generation) + 1
+        self.replay_end = position(first, 0, 0)
+        self._generation = split(self.replay_end)[0]
+        self._born = time.monotonic()
+        self._open: dict[int, _Open] = {}
+        self._checkpoint = self.opened.checkpoint
+        self._last_sync = 0.0
+        self._pending = 0  # entries appended since the last commit
+        self._committer = threading.Thread(target=self._commit_loop, name="wt-otel-segments", daemon=True)
+        self._committer.start()
+        self._gauges()
+
+    # ------------------------------------------------------------------ start-up
+
+    def _scan(self) -> Opened:
+        checkpoint, problems = self._read_checkpoint()
+        gens: set[int] = set()
+        torn: list[str] = []
+        for p in sorted(self.dir.iterdir()):
+            m = _NAME.match(p.name)
+            if m is None:
+                if p.name != CHECKPOINT and not p.name.startswith("."):
+                    problems.append(f"{SEGMENTS}/{p.name}: not a segment file; left alone")
+                continue
+            gens.add(int(m.group(1)))
+            cut = _repair_tail(p)
+            if cut:
+                torn.append(f"{SEGMENTS}/{p.name}: cut {cut} bytes of a torn last frame (killed mid-write; "
+                            "that request was never acknowledged)")
+                self.metrics.inc("wt_otel_segment_torn_tails_total")
+        for t in torn:
+            log.warning("%s", t)
+        return Opened(checkpoint=checkpoint, generations=sorted(gens), torn=torn, problems=problems)
+
+    def _read_checkpoint(self) -> tuple[Checkpoint, list[str]]:
+        path = self.dir / CHECKPOINT
+        if not path.exists():
+            return Checkpoint(), []
+        try:
+            return Checkpoint.model_validate_json(path.read_bytes()), []
+        except (OSError, ValidationError) as e:
+            return Checkpoint(), [f"{SEGMENTS}/{CHECKPOINT}: unreadable ({str(e).splitlines()[0]}); "
+                                  "replaying every segment"]
+
+    def _gen_bytes(self, generation: int) -> int:
+        total = 0
+        for signal in SIGNALS:
+            with contextlib.suppress(OSError):
+                total += (self.dir / segment_name(generation, signal)).stat().st_size
+        return total
+
+    def replay(self) -> Iterator[tuple[str, int, bytes]]:
+        """(signal, position, request bytes) of every entry at or past the checkpoint, oldest generation first.
+
+        Only what the previous run left (generations before this run's first); the caller decodes."""
+        yield from _entries(self.dir, self.opened.generations, self._checkpoint.position)
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, signal: str, data: bytes) -> Ticket:
+        """Write one request; pinned until `release(ticket.pos)`. Raises SegmentFull / SegmentUnavailable."""
+        sig = SIGNALS.index(signal)
+        frame = len(data).to_bytes(4, "big") + data
+        with self._lock:
+            if self._closing:
+                raise SegmentUnavailable("the segment log is closed (shutting down)")
+            if self._total + len(frame) > self.max_bytes:
+                self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
+                raise SegmentFull(f"the segment log holds {self._total} bytes, its cap is {self.max_bytes} "
+                                  "(durability.max_bytes): open sessions pin it")
+            seg = self._open.get(sig)
+            if seg is not None and seg.size and seg.size + len(frame) > self.segment_bytes:
+                self._rotate_locked()
+                seg = None
+            if seg is None:
+                seg = self._open_locked(sig)
+            offset = seg.size
+            try:
+                written = self.write(seg.fd, frame)
+                if written != len(frame):  # a short write: the disk filled up mid-frame
+                    raise OSError(28, f"short write ({written} of {len(frame)} bytes)")
+            except OSError as e:
+                self._cut_locked(seg, offset)
+                self.metrics.inc("wt_otel_segment_write_errors_total")
+                raise SegmentUnavailable(f"cannot append to {SEGMENTS}/{segment_name(seg.generation, signal)}: "
+                                         f"{e.strerror or e}") from None
+            seg.size += len(frame)
+            self._add_bytes(seg.generation, len(frame))
+            pos = position(seg.generation, sig, offset)
+            self._pins[pos] = self._pins.get(pos, 0) + 1
+            self._dirty.add(sig)
+            self._pending += 1
+            self._cond.notify_all()
+            return Ticket(pos, offset + len(frame), seg, seg.epoch)
+
+    def wait(self, ticket: Ticket, timeout: float = 30.0) -> None:
+        """Return once the ticket's bytes are fsynced; SegmentUnavailable if they never will be."""
+        deadline = time.monotonic() + timeout
+        seg = ticket.segment
+        with self._cond:
+            while True:
+                if seg.epoch != ticket.epoch:
+                    raise SegmentUnavailable(seg.error or "the segment could not be fsynced")
+                if seg.committed >= ticket.end:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SegmentUnavailable(f"fsync did not complete within {timeout:g}s")
+                self._cond.wait(left)
+
+    def pin(self, pos: int) -> None:
+        with self._lock:
+            self._pins[pos] = self._pins.get(pos, 0) + 1
+
+    def release(self, pos: int) -> None:
+        """The records of the entry at `pos` are with the assembler now (or were refused)."""
+        with self._lock:
+            n = self._pins.get(pos, 0) - 1
+            if n > 0:
+                self._pins[pos] = n
+            else:
+                self._pins.pop(pos, None)
+
+    def _open_locked(self, sig: int) -> _Open:
+        path = self.dir / segment_name(self._generation, SIGNALS[sig])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        seg = self._open[sig] = _Open(sig, self._generation, fd, size=os.fstat(fd).st_size)
+        seg.committed = seg.size
+        self._sizes.setdefault(self._generation, 0)
+        if len(self._open) == 1:
+            self._born = time.monotonic()
+            with contextlib.suppress(OSError):  # the new file's name durable too
+                dfd = os.open(self.dir, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        return seg
+
+    def _rotate_locked(self) -> None:
+        """Close the generation's files (fsynced first); the next append opens the next generation."""
+        for seg in self._open.values():
+            self._sync_locked(seg)
+            os.close(seg.fd)
+            seg.closed = True
+        self._open.clear()
+        self._dirty.clear()
+        self._generation += 1
+        self._cond.notify_all()
+
+    def _sync_locked(self, seg: _Open) -> None:
+        if seg.committed >= seg.size:
+            return
+        try:
+            self.fsync(seg.fd)
+        except OSError as e:
+            self._fail_locked(seg, e)
+            return
+        seg.committed = seg.size
+        self.metrics.inc("wt_otel_segment_fsyncs_total")
+
+    def _fail_locked(self, seg: _Open, e: OSError) -> None:
+        seg.error = f"cannot fsync {SEGMENTS}/{segment_name(seg.generation, SIGNALS[seg.signal])}: {e.strerror or e}"
+        log.error("%s: refusing the requests it held (they were not acknowledged)", seg.error)
+        self.metrics.inc("wt_otel_segment_write_errors_total")
+        self._cut_locked(seg, seg.committed)
+        seg.epoch += 1
+
+    def _cut_locked(self, seg: _Open, size: int) -> None:
+        """Truncate back to `size`, so nothing unacknowledged stays to be replayed."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(seg.fd, size)
+        for pos in [p for p in self._pins if split(p)[:2] == (seg.generation, seg.signal) and split(p)[2] >= size]:
+            del self._pins[pos]
+        self._add_bytes(seg.generation, size - seg.size)
+        seg.size = size
+
+    def _add_bytes(self, generation: int, n: int) -> None:
+        self._sizes[generation] = self._sizes.get(generation, 0) + n
+        self._total += n
+
+    # ------------------------------------------------------------------ group commit
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closing:
+                    self._cond.wait()
+                if self._closing and not self._dirty:
+                    return
+            delay = self._last_sync + self.commit_interval - time.monotonic()
+            if delay > 0 and not self._closing:
+                time.sleep(delay)
+            with self._cond:
+                batch = [(self._open[s], self._open[s].size, self._open[s].epoch) for s in self._dirty
+                         if s in self._open]
+                self._dirty.clear()
+                entries, self._pending = self._pending, 0
+            results: list[OSError | None] = []
+            for seg, _size, _epoch in batch:  # outside the lock: appends go on while the disk syncs
+                try:
+                    self.fsync(seg.fd)
+                    results.append(None)
+                except OSError as e:
+                    results.append(e)
+            self._last_sync = time.monotonic()
+            with self._cond:
+                for (seg, size, epoch), err in zip(batch, results, strict=True):
+                    if seg.closed or seg.epoch != epoch:
+                        continue  # rotation synced it, or a failed write cut it: nothing to record
+                    if err is None:
+                        seg.committed = max(seg.committed, size)
+                        self.metrics.inc("wt_otel_segment_fsyncs_total")
+                    else:
+                        self._fail_locked(seg, err)
+                if batch:
+                    self.metrics.inc("wt_otel_segment_commit_batches_total")
+                    self.metrics.inc("wt_otel_segment_commit_entries_total", entries)
+                self._cond.notify_all()
+
+    # ------------------------------------------------------------------ checkpoint, retention
+
+    def checkpoint(self, needed: int | None) -> int:
+        """Record the lowest position still needed (`needed`: the assembler's and the store's, or None),
+        delete the generations below it, and start a new generation if the open one is old. Per tick."""
+        with self._lock:
+            floor = position(self._generation, 0, self._open[0].size if 0 in self._open else 0)
+            candidates = [floor, *self._pins.keys()]
+            if needed is not None and needed >= 0:
+                candidates.append(needed)
+            cp = min(candidates)
+            if self._open and time.monotonic() - self._born > self.segment_max_age:
+                self._rotate_locked()  # so a quiet log's generation can be deleted once written
+        if cp != self._checkpoint.position:
+            self._write_checkpoint(cp)
+        self._delete_below(split(cp)[0])
+        self._gauges()
+        return cp
+
+    def _write_checkpoint(self, cp: int) -> None:
+        checkpoint = Checkpoint(position=cp, generation=split(cp)[0], written_at=utc_now_iso())
+        tmp = self.dir / f".{CHECKPOINT}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, checkpoint.model_dump_json().encode() + b"\n")
+                os.fsync(fd)  # then the rename: never a checkpoint that names deleted segments as its start
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.dir / CHECKPOINT)
+        except OSError as e:  # an older checkpoint only means more to replay; said, not fatal
+            log.warning("cannot write %s/%s: %s", SEGMENTS, CHECKPOINT, e)
+            return
+        self._checkpoint = checkpoint
+        self.metrics.set("wt_otel_segment_checkpoint_generation", checkpoint.generation)
+
+    def _delete_below(self, generation: int) -> None:
+        with self._lock:
+            old = [g for g in self._sizes if g < generation and g != self._generation]
+        for g in old:
+            for signal in SIGNALS:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.dir / segment_name(g, signal)).unlink()
+            with self._lock:
+                self._total -= self._sizes.pop(g, 0)
+            self.metrics.inc("wt_otel_segments_deleted_total")
+
+    def _gauges(self) -> None:
+        self.metrics.set("wt_otel_segment_bytes", self._total)
+        self.metrics.set("wt_otel_segment_files", sum(1 for _ in self.dir.glob("*.pb")))
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    @property
+    def checkpoint_position(self) -> int:
+        return self._checkpoint.position
+
+    def close(self, needed: int | None = None) -> None:
+        """Sync and close the open files, then write the last checkpoint (what the next start replays from)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._committer.join(10)
+        with self._lock:
+            for seg in self._open.values():
+                self._sync_locked(seg)
+                os.close(seg.fd)
+                seg.closed = True
+            self._open.clear()
+            self._generation += 1
+            self._cond.notify_all()
+            floor = position(self._generation, 0, 0)
+            cp = min([floor, *self._pins.keys(), *([needed] if needed is not None and needed >= 0 else [])])
+        if cp != self._checkpoint.position:
+            self._write_checkpoint(cp)
+        self._delete_below(split(cp)[0])
+
+
+def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:
+    """What the next start of serve would replay from `data_dir` (read-only: nothing is repaired or written)."""
+    directory = Path(data_dir) / SEGMENTS
+    try:
+        checkpoint = Checkpoint.model_validate_json((directory / CHECKPOINT).read_bytes())
+    except (OSError, ValidationError):
+        checkpoint = Checkpoint()
+    gens = sorted({int(m.group(1)) for p in directory.iterdir() if (m := _NAME.match(p.name))})
+    yield from _entries(directory, gens, checkpoint.position)
+
+
+def _entries(directory: Path, generations: list[int], start: int) -> Iterator[tuple[str, int, bytes]]:
+    for generation in generations:
+        for sig, signal in enumerate(SIGNALS):
+            path = directory / segment_name(generation, signal)
+            if not path.exists() or position(generation, sig, path.stat().st_size) <= start:
+                continue
+            for offset, data in _frames(path):
+                pos = position(generation, sig, offset)
+                if pos >= start:
+                    yield signal, pos, data
+
+
+def _frames(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(offset, message) of each whole frame; stops at a torn or oversized one."""
+    with open(path, "rb") as fh:
+        offset = 0
+        while True:
+            header = fh.read(4)
+            if len(header) < 4:
+                return
+            n = int.from_bytes(header, "big")
+            if n > MAX_FRAME:
+                return
+            data = fh.read(n)
+            if len(data) < n:
+                return
+            yield offset, data
+            offset += 4 + n
+
+
+def _repair_tail(path: Path) -> int:
+    """Cut a segment back to its last whole frame; the bytes cut (0: it was whole)."""
+    end = 0
+    for offset, data in _frames(path):
+        end = offset + 4 + len(data)
+    size = path.stat().st_size
+    if size > end:
+        with open(path, "r+b") as fh:
+            fh.truncate(end)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return size - end
+    return 0
