@@ -7,12 +7,14 @@ Each is a `Runtime` (components.Runtime) registered in the `wt_otel.runtimes` en
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from typing import Any
 
-from wt_otel.contracts.inject import RuntimeSpecError
-from wt_otel.replay.runtimes import import_object
+from wt_otel.contracts.inject import RuntimeSpecError, SurfaceProbe, ToolCall, TurnResult
+from wt_otel.replay.runtimes import describe_exception, import_object
 
 ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
 ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
@@ -29,6 +31,41 @@ def load_object(spec: str | None, framework: str) -> Any:
         raise RuntimeSpecError(f"the {framework} runtime needs a target: --runtime {framework}:MODULE:ATTR")
     module_name, _, attr = spec.partition(":")
     return import_object(module_name, attr, f"{framework}:{spec}")
+
+
+class FrameworkRuntime:
+    """What every framework runtime shares: a conversation history per session id, no surface, and `inject`
+    running the framework's async turn (`_turn`), the agent's own failures scored rather than raised."""
+
+    url: str | None = None
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.warnings: list[str] = []
+        self._history: dict[str, list[Any]] = {}
+
+    def reset(self) -> None:
+        self._history.clear()
+
+    def surface(self) -> SurfaceProbe:
+        return SurfaceProbe(status="unavailable", detail=f"{self.name}: the framework runtime reports no surface")
+
+    def close(self) -> None:
+        """Nothing held between turns: each turn opens and closes its own clients."""
+
+    async def _turn(self, session_id: str, text: str) -> tuple[str, list[ToolCall]]:
+        raise NotImplementedError
+
+    def inject(self, session_id: str, text: str) -> TurnResult:
+        started = time.perf_counter()
+        try:
+            reply, calls = asyncio.run(self._turn(session_id, text))
+            error = None
+        except RuntimeSpecError:
+            raise
+        except Exception as exc:  # the agent's own failure (a model error, a divergence): scored, not a crash
+            reply, calls, error = "", [], describe_exception(exc)
+        return TurnResult(reply, calls, error, round((time.perf_counter() - started) * 1000, 1))
 
 
 def tool_output(result: Any) -> str:

@@ -29,13 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from wt_otel.contracts.inject import RuntimeSpecError, SurfaceProbe, ToolCall, TurnResult
-from wt_otel.replay.frameworks import Universe, api_key, decoded_arguments, load_object, require_universe
-from wt_otel.replay.runtimes import describe_exception
+from wt_otel.contracts.inject import RuntimeSpecError, ToolCall
+from wt_otel.replay.frameworks import (
+    FrameworkRuntime,
+    Universe,
+    api_key,
+    decoded_arguments,
+    load_object,
+    require_universe,
+)
 
 NAME = "langgraph"
 _MAX_DEPTH = 8  # how far the search for models and tool nodes follows attributes and closures
@@ -122,9 +127,7 @@ def _stand_in(tool: Any, universe: Universe, loop: asyncio.AbstractEventLoop) ->
                           return_direct=getattr(tool, "return_direct", False), response_format="content")
 
 
-class LangGraphRuntime:
-    url: str | None = None
-
+class LangGraphRuntime(FrameworkRuntime):
     def __init__(self, graph: Any, *, name: str) -> None:
         try:
             from langgraph.pregel import Pregel
@@ -134,19 +137,9 @@ class LangGraphRuntime:
             hint = " (call .compile() on a StateGraph)" if type(graph).__name__ == "StateGraph" else ""
             raise RuntimeSpecError(f"{name}: expected a compiled LangGraph graph (langchain.agents.create_agent "
                                    f"returns one), got {type(graph).__name__}{hint}")
-        self.graph, self.name = graph, name
-        self.warnings: list[str] = []
-        self._history: dict[str, list[Any]] = {}
+        super().__init__(name)
+        self.graph = graph
         self._warned: set[str] = set()
-
-    def reset(self) -> None:
-        self._history.clear()
-
-    def surface(self) -> SurfaceProbe:
-        return SurfaceProbe(status="unavailable", detail=f"{self.name}: the framework runtime reports no surface")
-
-    def close(self) -> None:
-        """Nothing held between turns: each turn opens and closes its own clients."""
 
     def _warn(self, text: str) -> None:
         if text not in self._warned:
@@ -200,17 +193,6 @@ class LangGraphRuntime:
                  for m in turn for c in (getattr(m, "tool_calls", None) or [])]
         replies = [m for m in turn if getattr(m, "type", None) == "ai"]
         return (_content_text(replies[-1].content) if replies else ""), calls
-
-    def inject(self, session_id: str, text: str) -> TurnResult:
-        started = time.perf_counter()
-        try:
-            reply, calls = asyncio.run(self._turn(session_id, text))
-            error = None
-        except RuntimeSpecError:
-            raise
-        except Exception as exc:  # the agent's own failure (a model error, a divergence): scored, not a crash
-            reply, calls, error = "", [], describe_exception(exc)
-        return TurnResult(reply, calls, error, round((time.perf_counter() - started) * 1000, 1))
 
 
 def _is_chat_model(obj: Any) -> bool:

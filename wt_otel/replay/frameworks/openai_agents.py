@@ -22,15 +22,13 @@ SDK's two OpenAI models.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
-import time
 from typing import Any
 
-from wt_otel.contracts.inject import RuntimeSpecError, SurfaceProbe, ToolCall, TurnResult
-from wt_otel.replay.frameworks import load_object, served_urls
+from wt_otel.contracts.inject import RuntimeSpecError, ToolCall
+from wt_otel.replay.frameworks import FrameworkRuntime, load_object, served_urls
 
 NAME = "openai-agents"
 
@@ -44,26 +42,14 @@ def _text(result: Any) -> str:
     return text
 
 
-class OpenAIAgentsRuntime:
-    url: str | None = None
-
+class OpenAIAgentsRuntime(FrameworkRuntime):
     def __init__(self, agent: Any, *, name: str) -> None:
         import agents
 
         if not isinstance(agent, agents.Agent):
             raise RuntimeSpecError(f"{name}: expected an agents.Agent, got {type(agent).__name__}")
-        self.agent, self.name = agent, name
-        self.warnings: list[str] = []
-        self._history: dict[str, list[Any]] = {}
-
-    def reset(self) -> None:
-        self._history.clear()
-
-    def surface(self) -> SurfaceProbe:
-        return SurfaceProbe(status="unavailable", detail=f"{self.name}: the framework runtime reports no surface")
-
-    def close(self) -> None:
-        """Nothing held between turns: each turn opens and closes its own clients."""
+        super().__init__(name)
+        self.agent = agent
 
     def _model(self, model: Any, client: Any) -> Any:
         import agents
@@ -141,17 +127,6 @@ class OpenAIAgentsRuntime:
                 calls.append(ToolCall(name=str(name), arguments=args if isinstance(args, dict) else {}))
         output = result.final_output
         return (output if isinstance(output, str) else json.dumps(output, default=str)), calls
-
-    def inject(self, session_id: str, text: str) -> TurnResult:
-        started = time.perf_counter()
-        try:
-            reply, calls = asyncio.run(self._turn(session_id, text))
-            error = None
-        except RuntimeSpecError:
-            raise
-        except Exception as exc:  # the agent's own failure (a model error, a divergence): scored, not a crash
-            reply, calls, error = "", [], f"{type(exc).__name__}: {exc}"
-        return TurnResult(reply, calls, error, round((time.perf_counter() - started) * 1000, 1))
 
 
 def factory(arg: str | None, *, url: str | None = None, timeout_s: float | None = None) -> OpenAIAgentsRuntime:

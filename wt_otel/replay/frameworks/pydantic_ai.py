@@ -23,15 +23,19 @@ need them cannot run).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-import time
 from typing import Any
 
-from wt_otel.contracts.inject import RuntimeSpecError, SurfaceProbe, ToolCall, TurnResult
-from wt_otel.replay.frameworks import Universe, api_key, decoded_arguments, load_object, require_universe
-from wt_otel.replay.runtimes import describe_exception
+from wt_otel.contracts.inject import RuntimeSpecError, ToolCall
+from wt_otel.replay.frameworks import (
+    FrameworkRuntime,
+    Universe,
+    api_key,
+    decoded_arguments,
+    load_object,
+    require_universe,
+)
 
 NAME = "pydantic-ai"
 _OPENAI_PREFIXES = {"openai": "chat", "openai-chat": "chat", "openai-responses": "responses"}
@@ -51,9 +55,7 @@ def _universe_toolset(wrapped: Any, universe: Universe) -> Any:
     return UniverseToolset(wrapped)
 
 
-class PydanticAIRuntime:
-    url: str | None = None
-
+class PydanticAIRuntime(FrameworkRuntime):
     def __init__(self, agent: Any, *, name: str) -> None:
         try:
             from pydantic_ai import Agent
@@ -61,18 +63,8 @@ class PydanticAIRuntime:
             raise RuntimeSpecError(f"{name}: pydantic-ai is not installed ({exc})") from None
         if not isinstance(agent, Agent):
             raise RuntimeSpecError(f"{name}: expected a pydantic_ai.Agent, got {type(agent).__name__}")
-        self.agent, self.name = agent, name
-        self.warnings: list[str] = []
-        self._history: dict[str, list[Any]] = {}
-
-    def reset(self) -> None:
-        self._history.clear()
-
-    def surface(self) -> SurfaceProbe:
-        return SurfaceProbe(status="unavailable", detail=f"{self.name}: the framework runtime reports no surface")
-
-    def close(self) -> None:
-        """Nothing held between turns: each turn opens and closes its own clients."""
+        super().__init__(name)
+        self.agent = agent
 
     def _warn(self, text: str) -> None:
         line = f"{self.name}: {text}"
@@ -146,17 +138,6 @@ class PydanticAIRuntime:
                  if isinstance(part, ToolCallPart) and part.tool_name not in output_tools]
         output = result.output
         return (output if isinstance(output, str) else json.dumps(_plain(output), default=str)), calls
-
-    def inject(self, session_id: str, text: str) -> TurnResult:
-        started = time.perf_counter()
-        try:
-            reply, calls = asyncio.run(self._turn(session_id, text))
-            error = None
-        except RuntimeSpecError:
-            raise
-        except Exception as exc:  # the agent's own failure (a model error, a divergence): scored, not a crash
-            reply, calls, error = "", [], describe_exception(exc)
-        return TurnResult(reply, calls, error, round((time.perf_counter() - started) * 1000, 1))
 
 
 def _plain(output: Any) -> Any:
