@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from wt_otel.ingest.dialects.common import conversation_id
+from wt_otel.ingest.sessions import TraceUnion
 from wt_otel.model.spans import LogRecord, SpanRecord
 
 __all__ = ["DumpIndex", "Frame", "Group"]
@@ -57,35 +58,21 @@ class DumpIndex:
         self.spill_path: str | None = None
         self._db: sqlite3.Connection | None = None
         self._pending: list[tuple[int, str, bytes]] = []
-        self._parent: dict[str, str] = {}  # union-find over trace ids and "conv:<id>" keys
+        self._uf = TraceUnion()
         self._frames_of: dict[str, list[int]] = {}
         self._first: dict[str, int] = {}  # trace id -> arrival position of its first record
         self._spilled: dict[str, int] = {}  # trace id -> bytes of its spilled records
         self.frames: list[Frame] = []
         self.records = 0  # every record read, with or without a trace id
 
-    # ----------------------------------------------------------------- union-find (as SessionGrouper)
-
-    def _find(self, x: str) -> str:
-        parent = self._parent
-        root = x
-        while parent.setdefault(root, root) != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    def _union(self, a: str, b: str) -> None:
-        ra, rb = self._find(a), self._find(b)
-        if ra != rb:
-            self._parent[max(ra, rb)] = min(ra, rb)
+    # ----------------------------------------------------------------- grouping (a TraceUnion, as SessionGrouper)
 
     def _see(self, trace_id: str, conv: str | None, seq: int) -> None:
         if trace_id not in self._first:
             self._first[trace_id] = seq
-        self._find(trace_id)
+        self._uf.find(trace_id)
         if conv:
-            self._union(trace_id, "conv:" + conv)
+            self._uf.union(trace_id, "conv:" + conv)
 
     # ----------------------------------------------------------------- input
 
@@ -143,9 +130,9 @@ class DumpIndex:
             self._db.execute("CREATE INDEX rec_trace ON rec (trace_id)")
             self._db.commit()
         members: dict[str, list[str]] = defaultdict(list)
-        for key in list(self._parent):
+        for key in list(self._uf.parent):
             if not key.startswith("conv:"):
-                members[self._find(key)].append(key)
+                members[self._uf.find(key)].append(key)
         out = []
         for index, root in enumerate(sorted(members)):
             traces = sorted(members[root])

@@ -37,6 +37,28 @@ __all__ = ["FLAG_KEYS", "SessionGrouper", "attach_logs", "build_session"]
 MAX_TRANSCRIPT_MESSAGES = 5000  # a hostile trace cannot make history merging quadratic forever
 
 
+
+class TraceUnion:
+    """Union-find over trace ids and `conv:<id>` keys: traces that share a conversation id are one session.
+    The smaller key becomes the root, so the groups do not depend on arrival order."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        parent = self.parent
+        root = x
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
 class SessionGrouper:
     """Collects records and yields them grouped by session, spilling to disk as it goes."""
 
@@ -47,33 +69,19 @@ class SessionGrouper:
         self._db.execute("PRAGMA journal_mode=OFF")
         self._db.execute("PRAGMA synchronous=OFF")
         self._db.execute("CREATE TABLE rec (trace_id TEXT, blob BLOB)")
-        self._parent: dict[str, str] = {}  # union-find over trace ids and "conv:<id>" keys
+        self._uf = TraceUnion()
         self._pending: list[tuple[str, bytes]] = []
         self.orphan_logs = 0
-
-    def _find(self, x: str) -> str:
-        parent = self._parent
-        root = x
-        while parent.setdefault(root, root) != root:
-            root = parent[root]
-        while parent[x] != root:
-            parent[x], x = root, parent[x]
-        return root
-
-    def _union(self, a: str, b: str) -> None:
-        ra, rb = self._find(a), self._find(b)
-        if ra != rb:
-            self._parent[max(ra, rb)] = min(ra, rb)
 
     def add(self, record: SpanRecord | LogRecord) -> None:
         trace_id = record.trace_id
         if not trace_id:
             self.orphan_logs += 1
             return
-        self._find(trace_id)
+        self._uf.find(trace_id)
         conv = conversation_id(record.attributes)
         if conv:
-            self._union(trace_id, "conv:" + conv)
+            self._uf.union(trace_id, "conv:" + conv)
         self._pending.append((trace_id, pickle.dumps(record, pickle.HIGHEST_PROTOCOL)))
         if len(self._pending) >= 5000:
             self._flush()
@@ -91,9 +99,9 @@ class SessionGrouper:
         self._flush()
         self._db.execute("CREATE INDEX rec_trace ON rec (trace_id)")
         members: dict[str, list[str]] = defaultdict(list)
-        for key in list(self._parent):
+        for key in list(self._uf.parent):
             if not key.startswith("conv:"):
-                members[self._find(key)].append(key)
+                members[self._uf.find(key)].append(key)
         for root in sorted(members):
             traces = sorted(members[root])
             rows: list[tuple[int, bytes]] = []
