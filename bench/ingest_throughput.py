@@ -95,8 +95,11 @@ def bare_server() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(f"OTLP/gRPC listening on 127.0.0.1:{port}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: server.stop(0))
-    server.wait_for_termination()
+    stopping: list[int] = []  # the handler only flips a flag: grpc's stop() takes locks a handler may hold
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
+    while not stopping:
+        time.sleep(0.1)
+    server.stop(0)
 
 
 # --------------------------------------------------------------------------- the load generator

@@ -3,8 +3,8 @@ OpenAI-compatible Chat Completions endpoint, run one Contract C turn at a time.
 
 Why it is shaped this way:
 
-- Chat Completions (`OpenAIChatCompletionsModel`), not the Responses API: wt-otel's cassette server replays
-  chat completions, so the same agent records against a live model and replays against a cassette.
+- Chat Completions (`OpenAIChatCompletionsModel`), not the Responses API: any OpenAI-compatible server
+  speaks it (wt-otel's cassette server replays both, and Anthropic Messages).
 - A fresh MCP connection per turn (and per surface probe), not one held for the process: `wt-otel run`
   serves each scenario's universe anew, often on the same URL, and a session held across that restart would
   talk to a server that no longer knows it. A loopback MCP handshake costs milliseconds.
