@@ -130,20 +130,11 @@ class Pipeline:
 
     def admit(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`offer`, with the reason for a refusal (for the client's error message)."""
-        n = len(records)
         with self._lock:
-            if self._closed:
-                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
-            decision = self.admission.check(records, self._queued_bytes, self._queued, client)
-            if decision.verdict is not Verdict.ADMIT:
-                return _VERDICTS[decision.verdict], decision.reason
-            self._queued += n
-            self._queued_bytes += decision.nbytes
-            self.metrics.set("wt_otel_queue_depth", self._queued)
-            self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
-            self._queue.put((records, decision.nbytes, -1))
-            self._enqueued.append(time.monotonic())
-        return PipelineAdmission.ACCEPTED, ""
+            verdict, reason, nbytes = self._decide_locked(records, client)
+            if verdict is PipelineAdmission.ACCEPTED:
+                self._enqueue_locked(records, nbytes, -1)
+        return verdict, reason
 
     # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
     # budget (a request in the segment log is acknowledged; refusing it then would only duplicate it on retry).
@@ -151,12 +142,8 @@ class Pipeline:
     def check(self, records: Sequence[Record], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`admit`'s verdict without queuing anything."""
         with self._lock:
-            if self._closed:
-                return PipelineAdmission.CLOSED, "wt-otel is shutting down"
-            decision = self.admission.check(records, self._queued_bytes, self._queued, client)
-        if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason
-        return PipelineAdmission.ACCEPTED, ""
+            verdict, reason, _ = self._decide_locked(records, client)
+        return verdict, reason
 
     def put(self, records: Sequence[Record], position: int) -> bool:
         """Queue records already in the segment log at `position`; `on_consumed(position)` once the consumer has
@@ -164,14 +151,25 @@ class Pipeline:
         with self._lock:
             if self._closed:
                 return False
-            nbytes = sum(record_bytes(r) for r in records)
-            self._queued += len(records)
-            self._queued_bytes += nbytes
-            self.metrics.set("wt_otel_queue_depth", self._queued)
-            self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
-            self._queue.put((records, nbytes, position))
-            self._enqueued.append(time.monotonic())
+            self._enqueue_locked(records, sum(record_bytes(r) for r in records), position)
         return True
+
+    def _decide_locked(self, records: Sequence[Record], client: str | None) -> tuple[PipelineAdmission, str, int]:
+        """(verdict, reason for a refusal, estimated bytes) of the admission control, under `_lock`."""
+        if self._closed:
+            return PipelineAdmission.CLOSED, "wt-otel is shutting down", 0
+        decision = self.admission.check(records, self._queued_bytes, self._queued, client)
+        if decision.verdict is not Verdict.ADMIT:
+            return _VERDICTS[decision.verdict], decision.reason, 0
+        return PipelineAdmission.ACCEPTED, "", decision.nbytes
+
+    def _enqueue_locked(self, records: Sequence[Record], nbytes: int, position: int) -> None:
+        self._queued += len(records)
+        self._queued_bytes += nbytes
+        self.metrics.set("wt_otel_queue_depth", self._queued)
+        self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
+        self._queue.put((records, nbytes, position))
+        self._enqueued.append(time.monotonic())
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
