@@ -112,15 +112,25 @@ def rotel(exporter_endpoint: str, workdir: Path) -> Iterator[str]:
                 proc.wait(5)
 
 
-def children_of(pid: int) -> list[str]:
-    """Live child processes of `pid` (from /proc), as 'pid command' strings."""
+# multiprocessing's own per-process helpers (the render workers' forkserver, the resource tracker): they live
+# as long as this process, by design; what they started (render workers) must be gone.
+MP_HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
+
+
+def children_of(pid: int, helpers: bool = True) -> list[str]:
+    """Live child processes of `pid` (from /proc), as 'pid command' strings; for multiprocessing's helpers,
+    their own children instead (forked from the forkserver, they share its command line)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):
             text = stat.read_text()
             fields = text[text.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(f"{stat.parent.name} {text[text.index('(') + 1:text.rindex(')')]}")
+            if int(fields[1]) != pid or fields[0] == "Z":
+                continue
+            if helpers and any(helper in (stat.parent / "cmdline").read_bytes() for helper in MP_HELPERS):
+                found += children_of(int(stat.parent.name), helpers=False)
+                continue
+            found.append(f"{stat.parent.name} {text[text.index('(') + 1:text.rindex(')')]}")
     return found
 
 
