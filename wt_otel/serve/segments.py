@@ -46,7 +46,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +65,8 @@ _OFFSET_BITS = 40  # a segment never reaches 1 TiB
 _GEN_SHIFT = _OFFSET_BITS + 1
 _NAME = re.compile(r"^(\d{12})\.(traces|logs)\.pb$")
 
+
+PROBE_BYTES = 64 * 1024  # what `probe()` writes: room for a few requests, not just one byte
 
 def position(generation: int, signal: int, offset: int) -> int:
     """One int ordered as (generation, signal, offset)."""
@@ -145,6 +147,10 @@ class SegmentLog:
         self.metrics = metrics or Metrics()
         self.fsync = os.fsync  # the seam fault-injection tests replace (EIO)
         self.write = os.write  # ... and this one (ENOSPC)
+        # serve: told the reason when appends start failing (the receivers then refuse before decoding and
+        # /healthz says degraded), and None once `probe()` finds the disk writable again
+        self.on_health: Callable[[str | None], None] | None = None
+        self.failing: str | None = None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._pins: dict[int, int] = {}  # position -> count: appended, not yet with the assembler
@@ -239,8 +245,9 @@ class SegmentLog:
             except OSError as e:
                 self._cut_locked(seg, offset)
                 self.metrics.inc("wt_otel_segment_write_errors_total")
-                raise SegmentUnavailable(f"cannot append to {SEGMENTS}/{segment_name(seg.generation, signal)}: "
-                                         f"{e.strerror or e}") from None
+                reason = f"cannot append to {SEGMENTS}/{segment_name(seg.generation, signal)}: {e.strerror or e}"
+                self._unhealthy_locked(reason)
+                raise SegmentUnavailable(reason) from None
             seg.size += len(frame)
             self._add_bytes(seg.generation, len(frame))
             pos = position(seg.generation, sig, offset)
@@ -322,6 +329,37 @@ class SegmentLog:
         self.metrics.inc("wt_otel_segment_write_errors_total")
         self._cut_locked(seg, seg.committed)
         seg.epoch += 1
+        self._unhealthy_locked(seg.error)
+
+    def _unhealthy_locked(self, reason: str) -> None:
+        if self.failing is None:
+            self.failing = reason
+            if self.on_health is not None:
+                self.on_health(reason)
+
+    def probe(self) -> None:
+        """While appends fail (a full disk, EIO): write and fsync a small file beside the segments; once that
+        works the log is healthy again and serve accepts exports (serve calls it every tick)."""
+        if self.failing is None:
+            return
+        path = self.dir / ".probe"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                if self.write(fd, b"\0" * PROBE_BYTES) != PROBE_BYTES:
+                    return
+                self.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        with self._lock:
+            self.failing = None
+        if self.on_health is not None:
+            self.on_health(None)
 
     def _cut_locked(self, seg: _Open, size: int) -> None:
         """Truncate back to `size`, so nothing unacknowledged stays to be replayed."""

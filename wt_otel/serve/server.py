@@ -381,8 +381,20 @@ class Server:
         assembler.replay_below = store.replayed_below = segments.replay_end
         assembler.resumable = lambda key: store.replayable(key, start)
         queue.housekeeping.append(lambda: segments.checkpoint(self._needed_position()))
+        queue.housekeeping.append(segments.probe)
+        segments.on_health = self._segments_health
         self._replay(segments, queue)
         queue.segments = segments  # from now on export() appends before it acknowledges
+
+    def _segments_health(self, reason: str | None) -> None:
+        """The segment log cannot be written (refuse exports before decoding, /healthz degraded) or can again."""
+        admission = self.stages.admission if self.stages is not None else None
+        if admission is not None:
+            admission.set_degraded("segment log", reason)
+        if reason:
+            log.warning("segment log cannot be written (%s): refusing exports until it can", reason)
+        else:
+            log.info("segment log writable again: accepting exports")
 
     def _replay(self, segments: Any, queue: Pipeline) -> None:
         from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode

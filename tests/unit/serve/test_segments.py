@@ -155,8 +155,9 @@ def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> No
         assert status == 503 and headers.get("Retry-After")
         assert server.pipeline.queued == 0
         assert all(p.stat().st_size == 0 for p in segment_files(tmp_path))
-        segments.write = __import__("os").write  # space returns
-        assert post(server, session(2))[0] == 200
+        assert post(server, session(2))[0] == 503  # refused before decoding until the log is writable again
+        segments.write = __import__("os").write  # space returns: the next tick's probe finds it
+        wait_for(lambda: post(server, session(2))[0] == 200)
         wait_for(lambda: tid(2) in written(tmp_path))
     finally:
         server.stop()
