@@ -88,13 +88,13 @@ from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
 from wt_otel._util.journal import Journal
-from wt_otel.components import CompletedSession, StageContext, StageType
+from wt_otel.components import CompletedSession, IndexedSession, StageContext, StageType
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
 from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
 from wt_otel.exporters.scenario_dir import render
-from wt_otel.ingest.sessions import build_session
+from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import SpanRecord
+from wt_otel.model.spans import SpanRecord, SpanRef
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.datadir")
@@ -212,10 +212,14 @@ class DataDirStore:
         self._raw: set[str] = set()  # keys whose latest revision is not rendered (records.otlp.pb)
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
         self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
+        self._indexed: set[str] = set()  # keys whose latest revision is kept by reference (its line: the index)
+        self._unindexed: list[dict[str, Any]] = []  # lines of sessions kept by reference, appended next tick
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
-            (self._raw.add if e.get("rendered") is False else self._raw.discard)(e["key"])
+            by_reference = e.get("rendered") is False and isinstance(e.get("segments"), list)
+            (self._raw.add if e.get("rendered") is False and not by_reference else self._raw.discard)(e["key"])
+            (self._indexed.add if by_reference else self._indexed.discard)(e["key"])
             content, pos = e.get("content"), e.get("segment_pos")
             self._contents[e["key"]] = (content if isinstance(content, str) else None,
                                         pos if isinstance(pos, int) and not isinstance(pos, bool) else None)
@@ -319,11 +323,66 @@ class DataDirStore:
             return key in self._recovered or (pos is not None and pos >= start)
 
     def pinned_position(self) -> int:
-        """The lowest segment-log position a deferred session or one still with the render workers holds (-1:
-        none): the log keeps it until written."""
+        """The lowest segment-log position a deferred session, one still with the render workers or one kept by
+        reference whose index line is not appended yet holds (-1: none): the log keeps it until written."""
         with self._lock:
             held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
-            return min((p for spans in held for p in _positions(spans)), default=-1)
+            lowest = [e["segment_pos"] for e in self._unindexed]
+            return min([*lowest, *(p for spans in held for p in _positions(spans))], default=-1)
+
+    # ------------------------------------------------------------------ sessions kept by reference
+
+    def keep_indexed(self, indexed: IndexedSession) -> bool:
+        """Keep an unflagged session by reference (serve, `datadir.render: flagged`): one index line naming
+        the segment-log entries and spans that hold it, appended with the next batch of lines (the tick's
+        one fsync); nothing is rendered or written until someone asks (`render`, `flag`). False: this
+        store renders every session (`render: all`), so build it."""
+        if self.render_mode != "flagged":
+            return False
+        with self._lock:
+            content, lowest = _content(indexed.refs)
+            if content is not None and self._contents.get(indexed.key, (None, None))[0] == content and \
+                    max(_positions(indexed.refs), default=-1) < self.replayed_below:
+                self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
+                return True
+            key = indexed.key
+            slug = self._slugs.get(key)
+            if slug is None:
+                slug = self._slugs[key] = unique_slug(indexed.conversation_id or key, key, self._taken)
+            revision = self._revisions[key] = self._revisions.get(key, 0) + 1
+            segments: dict[int, list[int]] = {}
+            for ref in indexed.refs:
+                segments.setdefault(ref.segment_pos, []).append(ref.ordinal)
+            conv = indexed.conversation_id  # the one string from the trace (ids are hex): made JSON-safe here
+            conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
+            entry = {"v": 1, "key": key, "slug": slug, "revision": revision, "complete": indexed.complete,
+                     "trace_ids": indexed.trace_ids, "conversation_id": conv, "service": None,
+                     "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
+                     "redacted": False, "path": None, "files": [], "rendered": False,
+                     "segments": [[pos, sorted(ordinals)] for pos, ordinals in segments.items()],
+                     "spans": len(indexed.refs), "warnings": indexed.warnings, "written_at": utc_now_iso(),
+                     "content": content, "segment_pos": lowest}
+            self._unindexed.append(entry)
+            return True
+
+    def _indexed_session(self, key: str) -> Session:
+        """A session kept by reference, built from the segment log's entries its index line names."""
+        from wt_otel.serve.segments import SEGMENTS as SEGMENT_DIR
+        from wt_otel.serve.segments import spans_of
+
+        entry = next((e for e in reversed(read_index(self.root).entries) if e["key"] == key), {})
+        refs = [SpanRef("", "", None, None, None, (), int(pos), int(n))
+                for pos, ordinals in entry.get("segments") or [] for n in ordinals]
+        try:
+            spans = spans_of(self.root / SEGMENT_DIR, refs)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"session {entry['slug']}: cannot read its spans back from the segment log: {e}") from None
+        session = build_session(attach_logs(spans), key=key)
+        if session is None:
+            raise ValueError(f"session {entry['slug']}: its spans hold no GenAI session")
+        session.complete = bool(entry.get("complete", True))
+        session.warnings.extend(str(w) for w in entry.get("warnings") or [])
+        return session
 
     def slug_for(self, session: Session) -> str:
         slug = self._slugs.get(session.key)
@@ -346,10 +405,12 @@ class DataDirStore:
 
     def retry_deferred(self) -> int:
         """Write what a full disk deferred; returns how many are still waiting. Safe to call often.
-        With render workers, first index what they finished (the per-tick group commit)."""
+        With render workers, first index what they finished (the per-tick group commit); then the lines of
+        sessions kept by reference."""
         if self._pool is not None:
             self.pump()
         with self._lock:
+            self._append_indexed_locked()
             return self._retry_locked()
 
     @property
@@ -484,6 +545,8 @@ class DataDirStore:
         deadline = time.monotonic() + timeout
         while self._jobs and time.monotonic() < deadline:
             self.pump(min(0.2, max(0.0, deadline - time.monotonic())))
+        with self._lock:  # the lines of sessions kept by reference: then they pin no segment
+            self._append_indexed_locked()
         if self.kept_by_log:
             return
         with self._lock:
@@ -605,15 +668,18 @@ class DataDirStore:
         return key, slug
 
     def unrendered(self) -> list[str]:
-        """Keys whose latest revision is kept as records only, in index order."""
+        """Keys whose latest revision is kept as records only or by reference, in index order."""
         with self._lock:
-            return [k for k in self._slugs if k in self._raw]
+            return [k for k in self._slugs if k in self._raw or k in self._indexed]
 
     def render(self, name: str) -> Written | None:
-        """Render a session kept as records (render: flagged) into its six files, as a new index revision.
-        None when it is rendered already; ValueError when there is no such session or its records are damaged."""
+        """Render a session kept as records or by reference (render: flagged) into its six files, as a new
+        index revision. None when it is rendered already; ValueError when there is no such session or its
+        records cannot be read back."""
         with self._lock:
             key, slug = self.resolve(name)
+            if key in self._indexed:
+                return self._render_raw_locked(self._indexed_session(key), slug)
             if key not in self._raw:
                 return None
             return self._render_raw_locked(self._session_from_raw(key, slug), slug)
@@ -645,6 +711,7 @@ class DataDirStore:
         self._append(entry)
         self._revisions[session.key] = revision
         self._raw.discard(session.key)
+        self._indexed.discard(session.key)
         self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -658,8 +725,8 @@ class DataDirStore:
             slug = self._slugs.get(name) or Path(name).name
             key = next((k for k, v in self._slugs.items() if v == slug), None)
             directory = self.sessions / slug
-            if key is not None and key in self._raw:  # kept as records: rendered now, as the flagged incident
-                session = self._session_from_raw(key, slug)
+            if key is not None and (key in self._raw or key in self._indexed):  # rendered now, as the incident
+                session = self._indexed_session(key) if key in self._indexed else self._session_from_raw(key, slug)
                 ref = ref or (session.flag_ref if session.flagged else None) or key
                 session.flagged, session.flag_ref, session.flag_reason = True, ref, reason
                 session.flag_refs = [ref]
@@ -772,16 +839,42 @@ class DataDirStore:
 
     def _append(self, entry: dict[str, Any] | list[dict[str, Any]]) -> None:
         """One line (or a batch: one write(2) each, one fsync for all) fsynced before the write counts (the
-        journal's rule). A failed write (full disk) is cut back off, so the next line does not follow a torn one."""
+        journal's rule). A failed write (full disk) is cut back off, so the next line does not follow a torn one.
+        The lines of sessions kept by reference since the last batch go first, in the same batch."""
         path = self.root / INDEX
         size = path.stat().st_size if path.exists() else 0
-        try:
-            entries = entry if isinstance(entry, list) else [entry]
-            self._index.append([safejson.sanitize(e) for e in entries])  # a lone surrogate in an id, say
+        entries = entry if isinstance(entry, list) else [entry]
+        indexed, self._unindexed = self._unindexed, []
+        try:  # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
+            self._index.append([*indexed, *(safejson.sanitize(e) for e in entries)])
         except OSError:
+            self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
             with contextlib.suppress(OSError), open(path, "r+b") as f:
                 f.truncate(size)
             raise
+        self._indexed_appended(indexed)
+
+    def _append_indexed_locked(self) -> None:
+        """Append the lines of the sessions kept by reference since the last batch (each tick)."""
+        if not self._unindexed:
+            return
+        indexed, self._unindexed = self._unindexed, []
+        try:
+            self._index.append(indexed)
+        except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
+            self._unindexed = indexed + self._unindexed
+            log.warning("cannot append %d index line(s) to %s (%s); retrying", len(indexed), INDEX, e)
+            return
+        self._indexed_appended(indexed)
+
+    def _indexed_appended(self, entries: list[dict[str, Any]]) -> None:
+        for e in entries:
+            self._indexed.add(e["key"])
+            self._raw.discard(e["key"])
+            self._contents[e["key"]] = (e["content"], e["segment_pos"])
+        if entries:
+            self.metrics.inc("wt_otel_sessions_written_total", len(entries))
+            self.metrics.inc("wt_otel_sessions_kept_unrendered_total", len(entries))
 
     def close(self) -> None:
         if self._jobs and not self.kept_by_log:
@@ -790,6 +883,7 @@ class DataDirStore:
             self._pool.close()
             self._pool = None
         with self._lock:
+            self._append_indexed_locked()
             left = len(self._deferred) + sum(j.state in ("pending", "running") for j in self._jobs.values())
             if self.kept_by_log and left:
                 log.warning("data dir %s: %d session revision(s) not written at shutdown; their records stay in "

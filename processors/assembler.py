@@ -54,12 +54,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from wt_otel._util.sizeof import record_bytes
-from wt_otel.components import StageContext, StageType
+from wt_otel.components import IndexedSession, StageContext, StageType
 from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRef
 from wt_otel.serve.config import AssemblerConfig
 from wt_otel.serve.metrics import Metrics
 
@@ -68,6 +68,8 @@ log = logging.getLogger("wt_otel.assembler")
 SessionSink = Callable[[Session, list[SpanRecord]], None]
 """Receives each completed session and its spans (log records attached as events)."""
 
+Held = Record | SpanRef  # what a group holds: decoded records, or spans kept by reference (serve's segment log)
+
 
 @dataclass(slots=True)
 class _Group:
@@ -75,7 +77,7 @@ class _Group:
 
     key: str
     created: int  # arrival order of the session's first record: merges keep the oldest key
-    records: list[Record] | None = field(default_factory=list)  # None: a tombstone
+    records: list[Held] | None = field(default_factory=list)  # None: a tombstone
     traces: set[str] = field(default_factory=set)
     convs: set[str] = field(default_factory=set)
     roots: set[str] = field(default_factory=set)  # traces whose parentless span arrived
@@ -88,15 +90,17 @@ class _Group:
     min_pos: int = -1  # lowest segment-log position of `records` (-1: none logged): pins the log's checkpoint
 
     @property
-    def held(self) -> list[Record]:
+    def held(self) -> list[Held]:
         """The records of a group that is not a tombstone (callers know which they hold)."""
         if self.records is None:
             raise RuntimeError(f"session group {self.key} is a tombstone: it holds no records")
         return self.records
 
 
-def _is_agent_root(span: SpanRecord) -> bool:
-    return not span.parent_span_id and operation(span) not in INFERENCE_OPERATIONS
+def _is_agent_root(span: SpanRecord | SpanRef) -> bool:
+    if span.parent_span_id:
+        return False
+    return (span.operation if isinstance(span, SpanRef) else operation(span)) not in INFERENCE_OPERATIONS
 
 
 def _copy(record: Record) -> Record:
@@ -146,6 +150,11 @@ class SessionAssembler:
         self.replay_below = -1
         self.resumable: Callable[[str], bool] = lambda key: False
         self.close_deadline: float | None = None  # time.monotonic() by which close() stops writing open sessions
+        # serve with its segment log: `decode_refs` reads `SpanRef`s back as SpanRecords (same order); with
+        # `keep_by_reference` set, a completed group of refs only, none with a flag or feedback key, goes there
+        # instead of being built (True: kept; False: build it after all)
+        self.decode_refs: Callable[[list[SpanRef]], list[SpanRecord]] | None = None
+        self.keep_by_reference: Callable[[IndexedSession], bool] | None = None
 
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
@@ -159,10 +168,25 @@ class SessionAssembler:
 
     # ------------------------------------------------------------------ Consumer
 
-    def consume(self, records: Sequence[Record], now: float) -> None:
+    def consume(self, records: Sequence[Held], now: float) -> None:
+        """Records are taken in runs of one trace and conversation (in order of first appearance; each run in
+        its own order): a batch holds few sessions of many spans, and the lookups are per run, not per span."""
         with self._lock:
+            runs: dict[tuple[str, str | None], list[Held]] = {}
             for record in records:
-                self._add(record, now)
+                trace_id = record.trace_id
+                if not trace_id:
+                    self.metrics.inc("wt_otel_records_dropped_total", reason="no_trace_id")
+                    continue
+                conv = record.conversation if isinstance(record, SpanRef) else conversation_id(record.attributes)
+                run = runs.get((trace_id, conv))
+                if run is None:
+                    runs[(trace_id, conv)] = [record]
+                else:
+                    run.append(record)
+            for (trace_id, conv), run in runs.items():
+                while run:
+                    run = self._add(run, trace_id, conv, now)
             self.metrics.set("wt_otel_sessions_open", len(self._open))
 
     def tick(self, now: float) -> None:
@@ -236,12 +260,9 @@ class SessionAssembler:
 
     # ------------------------------------------------------------------ grouping
 
-    def _add(self, record: Record, now: float) -> None:
-        trace_id = record.trace_id
-        if not trace_id:
-            self.metrics.inc("wt_otel_records_dropped_total", reason="no_trace_id")
-            return
-        conv = conversation_id(record.attributes)
+    def _add(self, run: list[Held], trace_id: str, conv: str | None, now: float) -> list[Held]:
+        """Records of one trace and conversation id, in order; returns those left when the session reached
+        `max_records_per_session` (they go to its continuation)."""
         keys = {k for k in (self._by_trace.get(trace_id), self._by_conv.get(conv) if conv else None) if k}
         groups = [self._reopen(k, now) for k in sorted(keys)]
         live = [g for g in groups if g is not None]
@@ -249,13 +270,15 @@ class SessionAssembler:
             tomb = next((self._retained.get(k) for k in keys if k in self._retained), None)
             base = (tomb.continuation_of or tomb.key) if tomb else trace_id
             group = self._start(base, now, continuation=tomb is not None,
-                                replayed=0 <= record.segment_pos < self.replay_below)
+                                replayed=0 <= run[0].segment_pos < self.replay_below)
         else:
             group = min(live, key=lambda g: g.created)
             for other in live:
                 if other is not group:
                     self._merge(group, other)
-        self._attach(group, record, trace_id, conv, now)
+        room = max(1, self.max_records_per_session - len(group.held))
+        run, rest = run[:room], run[room:]
+        self._attach(group, run, trace_id, conv, now)
         if len(group.held) >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
         self._enforce_bytes(now)
@@ -267,6 +290,7 @@ class SessionAssembler:
                 self._emit(oldest, now, complete=True)
             else:
                 self._emit(oldest, now, complete=False, reason="max_open_sessions")
+        return rest
 
     def _enforce_bytes(self, now: float) -> None:
         """Past `max_held_bytes`: drop retained records (oldest first), then write open sessions early."""
@@ -337,12 +361,18 @@ class SessionAssembler:
         for c in other.convs:
             self._by_conv[c] = into.key
 
-    def _attach(self, group: _Group, record: Record, trace_id: str, conv: str | None, now: float) -> None:
-        group.held.append(record)
-        pos = record.segment_pos
+    def _attach(self, group: _Group, run: list[Held], trace_id: str, conv: str | None, now: float) -> None:
+        group.held.extend(run)
+        pos = min(r.segment_pos for r in run)
         if pos >= 0 and (group.min_pos < 0 or pos < group.min_pos):
             group.min_pos = pos
-        size = record_bytes(record)
+        size = sum(map(record_bytes, run))
+        for record in run:
+            if not isinstance(record, LogRecord) and not record.parent_span_id:
+                group.roots.add(trace_id)
+                if _is_agent_root(record):
+                    group.root_ended = True
+                    self._root_ended.add(group.key)
         group.nbytes += size
         self._open_bytes += size
         group.traces.add(trace_id)
@@ -350,11 +380,6 @@ class SessionAssembler:
         if conv:
             group.convs.add(conv)
             self._by_conv[conv] = group.key
-        if isinstance(record, SpanRecord) and not record.parent_span_id:
-            group.roots.add(trace_id)
-            if _is_agent_root(record):
-                group.root_ended = True
-                self._root_ended.add(group.key)
         group.last_seen = now
         self._open.move_to_end(group.key)
 
@@ -367,22 +392,24 @@ class SessionAssembler:
         self._root_ended.discard(group.key)
         if reason:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
-        records = group.held
+        held = group.held
         try:
+            if self.keep_by_reference is not None and all(isinstance(r, SpanRef) and not r.marks for r in held):
+                indexed = IndexedSession(group.key, list(held), complete and group.continuation_of is None,  # type: ignore[arg-type]
+                                         self._warnings(group))
+                if self.keep_by_reference(indexed):
+                    if self._emitted is not None:
+                        self._emitted.add(group.key)
+                    self._retain(group, now, tombstone=reason == "max_records_per_session")
+                    return
+            records = self._decoded(held)
             spans = attach_logs(_copy(r) for r in records)
             session = build_session(spans, key=group.key)
             if session is None:
                 self.metrics.inc("wt_otel_records_dropped_total", len(records), reason="no_genai_session")
             else:
                 session.complete = complete and group.continuation_of is None
-                if group.continuation_of:
-                    session.warnings.append(
-                        f"continuation of session {group.continuation_of}: its earlier records were written "
-                        "before and are no longer in memory, so this holds only what arrived later")
-                if group.absorbed:
-                    session.warnings.append(
-                        "merged with session(s) written on their own before the shared conversation id was seen: "
-                        + ", ".join(group.absorbed))
+                session.warnings.extend(self._warnings(group))
                 self._report(session)
                 self.sink(session, spans)
                 if self._emitted is not None:
@@ -391,6 +418,28 @@ class SessionAssembler:
             log.exception("session %s: not written", group.key)
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
+
+    @staticmethod
+    def _warnings(group: _Group) -> list[str]:
+        """What the session's own spans cannot say: it continues an earlier one, or absorbed others."""
+        said = []
+        if group.continuation_of:
+            said.append(f"continuation of session {group.continuation_of}: its earlier records were written "
+                        "before and are no longer in memory, so this holds only what arrived later")
+        if group.absorbed:
+            said.append("merged with session(s) written on their own before the shared conversation id was seen: "
+                        + ", ".join(group.absorbed))
+        return said
+
+    def _decoded(self, held: list[Held]) -> list[Record]:
+        """The group's records with its `SpanRef`s decoded from the segment log (`decode_refs`), in order."""
+        refs = [r for r in held if isinstance(r, SpanRef)]
+        if not refs:
+            return held  # type: ignore[return-value]
+        if self.decode_refs is None:
+            raise RuntimeError("spans kept by reference but no segment log to decode them from")
+        decoded = iter(self.decode_refs(refs))
+        return [next(decoded) if isinstance(r, SpanRef) else r for r in held]
 
     def _report(self, session: Session) -> None:
         """Log what the importer did not understand, once per session (revisions repeat it), and count it."""

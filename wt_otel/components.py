@@ -29,11 +29,12 @@ from pydantic import BaseModel
 
 from wt_otel.contracts.inject import SurfaceProbe, TurnResult
 from wt_otel.model.session import Session
-from wt_otel.model.spans import Record, SpanRecord
+from wt_otel.model.spans import Record, SpanRecord, SpanRef
 
 __all__ = [
     "KINDS",
     "CompletedSession",
+    "IndexedSession",
     "PluginError",
     "RecordConsumer",
     "ResultsFormat",
@@ -91,6 +92,28 @@ class CompletedSession:
     halted: bool = False  # set by the store when it deferred or quarantined the session: later stages skip it
     pending: bool = False
     resume: Callable[[], None] | None = None
+
+
+@dataclass(slots=True)
+class IndexedSession:
+    """A completed session revision kept by reference, not built: its spans are `SpanRef`s into serve's
+    segment log, none carries a flag or feedback key, and the store indexes it (rendered on demand).
+
+    Only serve makes these, and only when every session stage is one that needs nothing of an unflagged
+    session but its index line (`SessionPipeline.keeps_by_reference`)."""
+
+    key: str
+    refs: list[SpanRef]
+    complete: bool
+    warnings: list[str] = field(default_factory=list)  # what the assembler says of it (continuation, merge)
+
+    @property
+    def trace_ids(self) -> list[str]:
+        return list(dict.fromkeys(r.trace_id for r in self.refs))
+
+    @property
+    def conversation_id(self) -> str | None:
+        return next((r.conversation for r in self.refs if r.conversation), None)
 
 
 @runtime_checkable

@@ -43,8 +43,13 @@ def _attrs_bytes(attrs: dict[str, Any]) -> int:
     return total
 
 
+_REF = 360  # a SpanRef: its slots and four id/conversation strings, measured with sys.getsizeof
+
+
 def record_bytes(record: Any) -> int:
-    """Estimated bytes held by one SpanRecord or LogRecord (duck-typed: any of their fields)."""
+    """Estimated bytes held by one SpanRecord, LogRecord or SpanRef (duck-typed: any of their fields)."""
+    if hasattr(record, "ordinal"):  # a SpanRef (wt_otel.model.spans): ids, not attributes
+        return _REF + (value_bytes(record.marks) if record.marks else 0) + len(record.conversation or "")
     total = _RECORD + len(getattr(record, "name", "") or "") + len(getattr(record, "status_message", "") or "")
     total += _attrs_bytes(getattr(record, "attributes", None) or {})
     for event in getattr(record, "events", None) or ():

@@ -83,3 +83,22 @@ class LogRecord:
 
 
 Record = SpanRecord | LogRecord
+
+
+@dataclass(slots=True)
+class SpanRef:
+    """A span serve keeps by reference: what grouping needs, read by the span index without decoding
+    (`wt_otel.ingest.spanindex`), and where its bytes are: span number `ordinal` (wire order) of the
+    request at `segment_pos` in serve's segment log.
+
+    Decoding every span into a `SpanRecord` on arrival was most of serve's cost; a session whose spans
+    are all refs and carry no flag or feedback key is indexed, not decoded (rendered on demand)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    conversation: str | None  # `dialects.common.conversation_id` of its attributes
+    operation: str | None  # `dialects.common.operation` of a parentless span; None when it has a parent
+    marks: tuple[tuple[str, Any], ...]  # its incident and feedback attributes (the flag rules' keys)
+    segment_pos: int
+    ordinal: int

@@ -146,6 +146,12 @@ class DurabilityConfig(_Strict):
                            "sessions pin it) exports get 429 / RESOURCE_EXHAUSTED with retry info")
     shutdown_deadline: float = Field(5.0, ge=0, description="seconds SIGTERM spends writing open sessions; the "
                                      "rest stay in the segments and are completed on the next start")
+    retain_age: float = Field(7 * 24 * 3600.0, ge=0, description="with `datadir.render: flagged`, unflagged "
+                              "sessions are kept by reference into the segments (rendered on demand): segments no "
+                              "longer needed for open sessions are kept this many seconds for them, newest first ...")
+    retain_bytes: int = Field(8 * 1024 * 1024 * 1024, ge=0, description="... and up to this many bytes (not "
+                              "counted in max_bytes); `wt-otel sessions render` of a session whose segment is "
+                              "gone says so")
 
 
 class ReplayResultsConfig(_Strict):

@@ -46,13 +46,17 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wt_otel._util.clock import utc_now_iso
+from wt_otel.ingest.otlp import spans_from_request
+from wt_otel.model.spans import SpanRecord, SpanRef
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.serve.segments")
@@ -137,13 +141,19 @@ class SegmentLog:
     """Thread-safe. `append` + `wait` from the receivers; `checkpoint` on the pipeline's tick."""
 
     def __init__(self, data_dir: Path | str, *, commit_interval: float = 0.005, segment_bytes: int = 64 << 20,
-                 segment_max_age: float = 60.0, max_bytes: int = 4 << 30, metrics: Metrics | None = None) -> None:
+                 segment_max_age: float = 60.0, max_bytes: int = 4 << 30, metrics: Metrics | None = None,
+                 retain_age: float = 0.0, retain_bytes: int = 0) -> None:
         self.dir = Path(data_dir) / SEGMENTS
         self.dir.mkdir(parents=True, exist_ok=True)
         self.commit_interval = commit_interval
         self.segment_bytes = segment_bytes
         self.segment_max_age = segment_max_age
         self.max_bytes = max_bytes
+        # generations below the checkpoint are kept this long / up to this many bytes (newest first) when serve
+        # keeps sessions by reference into them (rendered on demand); 0: deleted as soon as they are below it
+        self.retain_age = retain_age
+        self.retain_bytes = retain_bytes
+        self._retained_bytes = 0  # of generations below the checkpoint kept for that; not counted in max_bytes
         self.metrics = metrics or Metrics()
         self.fsync = os.fsync  # the seam fault-injection tests replace (EIO)
         self.write = os.write  # ... and this one (ENOSPC)
@@ -159,6 +169,7 @@ class SegmentLog:
         self.opened = self._scan()
         self.recovery: list[str] = self.opened.torn + self.opened.problems
         self._sizes: dict[int, int] = {g: self._gen_bytes(g) for g in self.opened.generations}
+        self._closed_at = {g: self._gen_mtime(g) for g in self.opened.generations}
         self._total = sum(self._sizes.values())
         # the first new position: above every file left, and above the checkpoint even when every file is gone
         first = max(max(self.opened.generations, default=0), self.opened.checkpoint.generation) + 1
@@ -212,6 +223,13 @@ class SegmentLog:
                 total += (self.dir / segment_name(generation, signal)).stat().st_size
         return total
 
+    def _gen_mtime(self, generation: int) -> float:
+        latest = 0.0
+        for signal in SIGNALS:
+            with contextlib.suppress(OSError):
+                latest = max(latest, (self.dir / segment_name(generation, signal)).stat().st_mtime)
+        return latest
+
     def replay(self) -> Iterator[tuple[str, int, bytes]]:
         """(signal, position, request bytes) of every entry at or past the checkpoint, oldest generation first.
 
@@ -227,10 +245,11 @@ class SegmentLog:
         with self._lock:
             if self._closing:
                 raise SegmentUnavailable("the segment log is closed (shutting down)")
-            if self._total + len(frame) > self.max_bytes:
+            pinned = self._total - self._retained_bytes
+            if pinned + len(frame) > self.max_bytes:
                 self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
-                raise SegmentFull(f"the segment log holds {self._total} bytes, its cap is {self.max_bytes} "
-                                  "(durability.max_bytes): open sessions pin it")
+                raise SegmentFull(f"the segment log holds {pinned} bytes past its checkpoint, its cap is "
+                                  f"{self.max_bytes} (durability.max_bytes): open sessions pin it")
             seg = self._open.get(sig)
             if seg is not None and seg.size and seg.size + len(frame) > self.segment_bytes:
                 self._rotate_locked()
@@ -309,6 +328,7 @@ class SegmentLog:
             seg.closed = True
         self._open.clear()
         self._dirty.clear()
+        self._closed_at[self._generation] = time.time()
         self._generation += 1
         self._cond.notify_all()
 
@@ -450,14 +470,27 @@ class SegmentLog:
         self.metrics.set("wt_otel_segment_checkpoint_generation", checkpoint.generation)
 
     def _delete_below(self, generation: int) -> None:
+        """Delete the generations below `generation` (the checkpoint's), except, newest first, those within
+        `retain_age` and `retain_bytes` (sessions kept by reference are rendered from them on demand)."""
         with self._lock:
-            old = [g for g in self._sizes if g < generation and g != self._generation]
+            below = sorted((g for g in self._sizes if g < generation and g != self._generation), reverse=True)
+            kept = 0
+            old = []
+            now = time.time()
+            for g in below:
+                if self.retain_age > 0 and now - self._closed_at.get(g, now) < self.retain_age \
+                        and kept + self._sizes[g] <= self.retain_bytes:
+                    kept += self._sizes[g]
+                else:
+                    old.append(g)
+            self._retained_bytes = kept
         for g in old:
             for signal in SIGNALS:
                 with contextlib.suppress(FileNotFoundError):
                     (self.dir / segment_name(g, signal)).unlink()
             with self._lock:
                 self._total -= self._sizes.pop(g, 0)
+                self._closed_at.pop(g, None)
             self.metrics.inc("wt_otel_segments_deleted_total")
 
     def _gauges(self) -> None:
@@ -484,6 +517,7 @@ class SegmentLog:
                 os.close(seg.fd)
                 seg.closed = True
             self._open.clear()
+            self._closed_at[self._generation] = time.time()
             self._generation += 1
             self._cond.notify_all()
             floor = position(self._generation, 0, 0)
@@ -491,6 +525,50 @@ class SegmentLog:
         if cp != self._checkpoint.position:
             self._write_checkpoint(cp)
         self._delete_below(split(cp)[0])
+
+
+def read_entry(directory: Path, pos: int) -> bytes:
+    """The request at segment position `pos` of `<data-dir>/segments`; ValueError saying why it cannot be read."""
+    generation, sig, offset = split(pos)
+    name = segment_name(generation, SIGNALS[sig])
+    try:
+        with open(directory / name, "rb") as fh:
+            fh.seek(offset)
+            header = fh.read(4)
+            n = int.from_bytes(header, "big") if len(header) == 4 else -1
+            if not 0 <= n <= MAX_FRAME:
+                raise ValueError(f"{SEGMENTS}/{name} has no whole entry at offset {offset}")
+            data = fh.read(n)
+    except FileNotFoundError:
+        raise ValueError(f"{SEGMENTS}/{name} is gone: segments are kept for sessions indexed by reference only "
+                         "within durability.retain_age and retain_bytes") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {SEGMENTS}/{name}: {e.strerror or e}") from None
+    if len(data) < n:
+        raise ValueError(f"{SEGMENTS}/{name} ends inside the entry at offset {offset}")
+    return data
+
+
+def spans_of(directory: Path, refs: Sequence[SpanRef]) -> list[SpanRecord]:
+    """The spans `refs` point to, decoded, in the order of `refs`: each request they point into is read and
+    parsed once, and only its referenced spans are converted. ValueError when one cannot be read back."""
+    wanted: dict[int, set[int]] = {}
+    for ref in refs:
+        wanted.setdefault(ref.segment_pos, set()).add(ref.ordinal)
+    found: dict[tuple[int, int], SpanRecord] = {}
+    for pos, ordinals in wanted.items():
+        try:
+            request = ExportTraceServiceRequest.FromString(read_entry(directory, pos))
+        except DecodeError as e:
+            raise ValueError(f"segment entry {pos} is not an OTLP traces request: {e}") from None
+        count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        if max(ordinals) >= count:
+            raise ValueError(f"segment entry {pos} holds {count} spans, not span {max(ordinals)}")
+        keep = [n in ordinals for n in range(count)]
+        for n, span in zip(sorted(ordinals), spans_from_request(request, keep), strict=True):
+            span.segment_pos = pos
+            found[(pos, n)] = span
+    return [found[(ref.segment_pos, ref.ordinal)] for ref in refs]
 
 
 def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:

@@ -34,7 +34,10 @@ from wt_otel.components import (
     StageContext,
     check_plugin,
 )
+from wt_otel.ingest import spanindex
 from wt_otel.ingest.capture import capture_hint
+from wt_otel.ingest.flags import FEEDBACK_KEYS
+from wt_otel.ingest.keys import FLAG_KEYS
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig
@@ -43,6 +46,9 @@ from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 
 log = logging.getLogger("wt_otel.serve.server")
+
+_BY_REFERENCE_STAGES = frozenset({"flagger", "datadir", "auto-replay"})  # need nothing of an unflagged session
+_MARK_KEYS = frozenset({*FLAG_KEYS, *FEEDBACK_KEYS})  # the keys the span index reports (SpanRef.marks)
 
 __all__ = ["ServeStartError", "Server", "SessionPipeline", "StageConfigError", "build_pipeline", "stage_plan"]
 
@@ -56,6 +62,7 @@ class SessionPipeline:
     context: StageContext
     assembler: Any
     session_stages: list[tuple[str, Any]] = field(default_factory=list)
+    session_types: list[str] = field(default_factory=list)  # each session stage's type name, in order
     queue: Pipeline | None = None
     no_content_services: set[str] = field(default_factory=set)
     admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
@@ -160,6 +167,35 @@ class SessionPipeline:
         else:
             log.info("data dir writable again: accepting exports")
 
+    def by_reference_blocker(self) -> str | None:
+        """Why unflagged sessions cannot be kept by reference into the segment log (None: they can).
+
+        Kept by reference, a session is never decoded nor built: only its index line is written. That is
+        right only when no stage needs more of an unflagged session: the store renders only flagged ones,
+        the flag rules look only at keys the span index reports (`SpanRef.marks`; a session with any is
+        built and flagged as usual), and no other stage (the redactor, a plug-in) sees every session."""
+        store = self.store
+        if store is None or not callable(getattr(store, "keep_indexed", None)):
+            return "no data-dir store"
+        if getattr(store, "render_mode", "all") != "flagged":
+            return "datadir.render is all"
+        others = [t for t, (_, stage) in zip(self.session_types, self.session_stages, strict=True)
+                  if t not in _BY_REFERENCE_STAGES and getattr(getattr(stage, "config", None), "enabled", True)]
+        if others:
+            return f"stage(s) {', '.join(others)} see every session"
+        for _, stage in self.session_stages:
+            rules = getattr(stage, "rules", None)
+            if rules is None or not rules.enabled:
+                continue
+            for rule in rules.rules:
+                r = rule.rule
+                if r.kind != "attribute" or not set(r.keys) <= _MARK_KEYS:
+                    return f"flag rule {r.name!r} looks at more than the span index reports"
+        head = getattr(self, "head", None)
+        if not callable(getattr(head, "keep_indexed", None)) or spanindex.implementation() == "off":
+            return "no span index in front of the pipeline"
+        return None
+
     def start_stages(self) -> None:
         """Start the session stages that run threads of their own (auto-replay's worker)."""
         for _, stage in self.session_stages:
@@ -223,6 +259,7 @@ def build_pipeline(config: ServeConfig, metrics: Metrics | None = None, *, emit:
         stage = _create(planned, ctx, None, built, "session stage")
         if stage is not None:
             built.session_stages.append((planned.name, stage))
+            built.session_types.append(planned.type.type_name)
     assembler = head = _create(plan[at], ctx, built.emit_session, built, "records stage")
     record_stages = []
     for planned in reversed(plan[:at]):
@@ -366,7 +403,7 @@ class Server:
     def _start_segments(self) -> None:
         """Open the log (repairing torn tails), replay what is past the checkpoint into the queue, then let the
         receivers append: before they open, so replayed records come first."""
-        from wt_otel.serve.segments import SegmentLog
+        from wt_otel.serve.segments import SegmentLog, spans_of
 
         dur, assert_queue = self.config.durability, self.pipeline
         assert assert_queue is not None and self.stages is not None
@@ -383,6 +420,15 @@ class Server:
         queue.housekeeping.append(lambda: segments.checkpoint(self._needed_position()))
         queue.housekeeping.append(segments.probe)
         segments.on_health = self._segments_health
+        assembler.decode_refs = functools.partial(spans_of, segments.dir)
+        blocker = self.stages.by_reference_blocker()
+        if blocker is None:
+            assembler.keep_by_reference = store.keep_indexed
+            segments.retain_age, segments.retain_bytes = dur.retain_age, dur.retain_bytes
+            queue.by_reference = True
+            log.info("unflagged sessions are kept by reference into the segment log (datadir.render: flagged)")
+        elif store is not None and getattr(store, "render_mode", "all") == "flagged":
+            log.info("unflagged sessions are kept as records, not by reference: %s", blocker)
         self._replay(segments, queue)
         queue.segments = segments  # from now on export() appends before it acknowledges
 
@@ -397,29 +443,32 @@ class Server:
             log.info("segment log writable again: accepting exports")
 
     def _replay(self, segments: Any, queue: Pipeline) -> None:
-        from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode
+        from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode, index_refs, screen_of
 
         start = segments.checkpoint_position
         segments.pin(start)  # nothing replayed from is deleted while replaying
         requests = records = bad = 0
+        screen = screen_of(queue) if queue.by_reference else None
         try:
             for signal, pos, data in segments.replay():
+                indexed = index_refs(data, screen, pos) if screen is not None and signal == "traces" else None
                 try:
-                    decoded = decode(Signal(signal), data, Encoding.PROTOBUF)
+                    decoded = decode(Signal(signal), data, Encoding.PROTOBUF) if indexed is None else None
                 except MalformedRequest as exc:
                     bad += 1
                     log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
                     continue
-                if not decoded.records:
+                kept = indexed[0] if indexed is not None else decoded.records if decoded is not None else []
+                if not kept:
                     continue
-                for record in decoded.records:
+                for record in kept:
                     record.segment_pos = pos
                 while queue.queued > queue.max_queued_records // 2:  # bounded memory: let the worker catch up
                     time.sleep(0.01)
                 segments.pin(pos)
-                queue.put(decoded.records, pos)
+                queue.put(kept, pos)
                 requests += 1
-                records += len(decoded.records)
+                records += len(kept)
         finally:
             segments.release(start)
         self.metrics.inc("wt_otel_segment_replayed_requests_total", requests)

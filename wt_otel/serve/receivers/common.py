@@ -53,7 +53,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
-from wt_otel.model.spans import LogRecord, Record, SpanRecord
+from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRef
 from wt_otel.serve.budget import DECODED_PER_WIRE_BYTE
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
@@ -315,8 +315,12 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         return drop_metrics(body, encoding, metrics)
     if (refused := precheck(body, encoding, pipeline, metrics)) is not None:
         return refused
+    screen = screen_of(pipeline)
+    if signal is Signal.TRACES and encoding is Encoding.PROTOBUF and isinstance(body, bytes) and \
+            (by_ref := _export_by_reference(body, pipeline, screen, metrics, client)) is not None:
+        return by_ref
     try:
-        decoded = screened(signal, body, encoding, screen_of(pipeline))
+        decoded = screened(signal, body, encoding, screen)
     except MalformedRequest as e:
         return ExportResult(Outcome.MALFORMED, str(e))
     received = "wt_otel_spans_received_total" if signal is Signal.TRACES else "wt_otel_log_records_received_total"
@@ -389,6 +393,56 @@ def _durable_export(signal: Signal, body: bytes | Message, encoding: Encoding, d
     else:  # OTLP/JSON, rejected or screened-out records: store what was kept, as protobuf (one format in the log)
         request = traces_request(records) if signal is Signal.TRACES else logs_request(records)  # type: ignore[arg-type]
         data = request.SerializeToString()
+    return _append_and_queue(signal, data, records, pipeline, segments, metrics, decoded)
+
+
+def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen | None, metrics: Metrics,
+                         client: str | None) -> ExportResult | None:
+    """A protobuf traces request kept by reference: the span index's entries of the spans the GenAI filter
+    keeps become `SpanRef`s, the request's bytes go to the segment log as received, and nothing is decoded.
+    None: serve does not keep spans by reference, or the index cannot settle this request (malformed,
+    invalid ids): the caller decodes it as usual."""
+    segments = getattr(pipeline, "segments", None)
+    if segments is None or screen is None or not getattr(pipeline, "by_reference", False):
+        return None
+    indexed = index_refs(body, screen)
+    if indexed is None:
+        return None
+    refs, received = indexed
+    metrics.inc("wt_otel_spans_received_total", received)
+    if len(refs) < received:
+        metrics.inc("wt_otel_records_dropped_total", received - len(refs), reason="not_genai")
+    if not refs:
+        return ExportResult(Outcome.OK)
+    admission, reason = pipeline.check(refs, client)
+    if admission is not PipelineAdmission.ACCEPTED:
+        return _counted_refusal(admission, reason, len(refs), metrics)
+    # the request as received (ordinals count its every span), not only the kept spans
+    return _append_and_queue(Signal.TRACES, body, refs, pipeline, segments, metrics, Decoded([], received, 0, ""))
+
+
+def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[SpanRef], int] | None:
+    """(`SpanRef`s at segment position `pos` of the spans the GenAI filter keeps, spans in the request) from the
+    span index, without decoding; None when the index cannot settle the request (malformed, invalid ids)."""
+    try:
+        entries = spanindex.scan(body)
+    except SpanIndexError:
+        return None
+    keep = screen.keep_indexed(entries)
+    refs = []
+    for n, (trace_id, span_id, parent, _genai, conv, op, marks) in enumerate(entries):  # per span: kept lean
+        if len(trace_id) != 32 or len(span_id) != 16 or trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID \
+                or (parent is not None and len(parent) != 16):
+            return None  # as `_entry_problem`: decode() rejects it, with its message
+        if keep is None or keep[n]:
+            refs.append(SpanRef(trace_id, span_id, parent, conv, op, marks, pos, n))
+    return refs, len(entries)
+
+
+def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRef], pipeline: Pipeline,
+                      segments: SegmentLog, metrics: Metrics, decoded: Decoded) -> ExportResult:
+    """Append to the segment log, wait for the group commit, queue the records: then acknowledge."""
+    n = len(records)
     try:
         ticket = segments.append(signal.value, data)
     except SegmentFull as e:

@@ -1,0 +1,174 @@
+"""Sessions kept by reference (issue 15, item 2): with `datadir.render: flagged` and its segment log, serve
+indexes an unflagged session's spans where they lie in the log instead of decoding and building it; a
+flagged one is decoded and rendered as before; `wt-otel sessions render` renders a kept one later, with the
+very bytes the inline render writes. Real `wt-otel serve` wiring (`Server`) over real OTLP/HTTP protobuf."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.livehelpers import tid, weather_session
+from tests.support.paths import PRODUCERS
+from wt_otel.cli import main
+from wt_otel.exporters.datadir import read_index
+from wt_otel.ingest.dumps import LineError, read_dump
+from wt_otel.ingest.otlp_encode import logs_request, traces_request
+from wt_otel.model.spans import LogRecord, SpanRecord
+from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ServeConfig
+from wt_otel.serve.server import Server
+
+DUMPS = sorted(p for p in PRODUCERS.glob("*/*.jsonl") if p.parent.name != "_common")
+
+
+@pytest.fixture
+def fast_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="wt-byref-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def post(url: str, path: str, body: bytes) -> int:
+    req = urllib.request.Request(url + path, data=body, headers={"Content-Type": "application/x-protobuf"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status
+
+
+def serve(data_dir: Path, spans: list[SpanRecord], logs: list[LogRecord] = (), render: str = "flagged",  # type: ignore[assignment]
+          late_window: float = 300, **durability) -> Server:
+    """A real serve on `data_dir`: the spans (then the logs) as OTLP/HTTP protobuf, then a clean stop."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=data_dir, datadir={"render": render, "workers": 0},
+                         assembler=AssemblerConfig(idle_timeout=600, late_window=late_window), durability=durability)
+    server = Server(config, quiet=True, warn=lambda _m: None).start()
+    try:
+        assert server.http_url
+        if spans:
+            assert post(server.http_url, "/v1/traces", traces_request(spans).SerializeToString()) == 200
+        if logs:
+            assert post(server.http_url, "/v1/logs", logs_request(logs).SerializeToString()) == 200
+    finally:
+        server.stop()  # writes every open session
+    return server
+
+
+def session_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "sessions").rglob("*")) if p.is_file()}
+
+
+def render_all(data_dir: Path) -> str:
+    res = CliRunner().invoke(main, ["sessions", "render", "--all", "--data-dir", str(data_dir)])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_unflagged_sessions_are_indexed_by_reference_and_flagged_ones_rendered(fast_dir: Path) -> None:
+    plain, incident = weather_session(tid(1)), weather_session(tid(2))
+    incident[0].attributes["wt.incident"] = "INC-7"
+    server = serve(fast_dir, plain + incident)
+    latest = read_index(fast_dir).latest()
+    kept, flagged = latest[tid(1)], latest[tid(2)]
+    assert kept["rendered"] is False and kept["path"] is None and kept["files"] == []
+    assert kept["trace_ids"] == [tid(1)] and kept["spans"] == len(plain)
+    assert [len(ordinals) for _, ordinals in kept["segments"]] == [len(plain)]
+    assert not (fast_dir / "sessions" / kept["slug"]).exists()  # nothing rendered, nothing decoded
+    assert flagged["rendered"] is True and flagged["flagged"] and flagged["flag_ref"] == "INC-7"
+    assert (fast_dir / flagged["path"] / "incident.wtin.json").is_file()
+    assert server.metrics.get("wt_otel_sessions_kept_unrendered_total") == 1
+
+
+def test_render_on_demand_equals_the_inline_render_for_every_producer(fast_dir: Path) -> None:
+    """Every producer fixture, through serve twice: `render: all` and by reference then `sessions render --all`.
+    Sessions with log records (events-mode producers) are decoded as before; the files must be the same bytes."""
+    kept_any = 0
+    for dump in DUMPS:
+        recs = [r for r in read_dump(dump) if not isinstance(r, LineError)]
+        spans = [r for r in recs if isinstance(r, SpanRecord)]
+        logs = [r for r in recs if isinstance(r, LogRecord)]
+        name = f"{dump.parent.name}-{dump.stem}"
+        inline, kept = fast_dir / name / "inline", fast_dir / name / "kept"
+        serve(inline, spans, logs, render="all")
+        serve(kept, spans, logs)
+        kept_any += sum(e.get("segments") is not None for e in read_index(kept).entries)
+        render_all(kept)
+        assert session_files(kept) == session_files(inline), name
+        assert all(e["rendered"] for e in read_index(kept).latest().values()), name
+    assert kept_any >= len(DUMPS) // 2  # most fixtures have no log records: kept by reference, not decoded
+
+
+def test_a_restart_keeps_the_segments_of_kept_sessions_and_renders_them(fast_dir: Path) -> None:
+    serve(fast_dir, weather_session(tid(3)))
+    serve(fast_dir, weather_session(tid(4)))  # a second run: the first run's generation is below the checkpoint
+    assert len(list((fast_dir / "segments").glob("*.traces.pb"))) == 2
+    out = render_all(fast_dir)
+    assert out.count("rendered ") == 2, out
+    latest = read_index(fast_dir).latest()
+    assert all(latest[t]["rendered"] and latest[t]["revision"] == 2 for t in (tid(3), tid(4)))
+
+
+def test_a_session_whose_segment_is_gone_says_so(fast_dir: Path) -> None:
+    serve(fast_dir, weather_session(tid(5)))
+    for p in (fast_dir / "segments").glob("*.traces.pb"):
+        p.unlink()
+    res = CliRunner().invoke(main, ["sessions", "render", "--all", "--data-dir", str(fast_dir)])
+    assert res.exit_code == 1
+    assert "is gone" in res.output and "retain_age" in res.output, res.output
+    assert read_index(fast_dir).latest()[tid(5)]["rendered"] is False  # nothing else changed
+
+
+def test_without_retention_segments_go_once_written(fast_dir: Path) -> None:
+    """retain_age 0: a generation goes once nothing needs it (no open session, no late-span window)."""
+    serve(fast_dir, weather_session(tid(6)), late_window=0, retain_age=0)
+    serve(fast_dir, weather_session(tid(7)), late_window=0, retain_age=0)
+    assert list((fast_dir / "segments").glob("*.traces.pb")) == []
+    kept = serve(fast_dir, weather_session(tid(9)), late_window=0)  # the default keeps them for on-demand renders
+    assert len(list((fast_dir / "segments").glob("*.traces.pb"))) == 1
+    assert kept.metrics.get("wt_otel_sessions_kept_unrendered_total") == 1
+
+
+def test_a_late_flag_renders_the_session_kept_by_reference(fast_dir: Path) -> None:
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"render": "flagged", "workers": 0},
+                         assembler=AssemblerConfig(idle_timeout=0.2, grace=0.1))
+    server = Server(config, quiet=True, warn=lambda _m: None).start()
+    try:
+        assert server.http_url
+        spans = weather_session(tid(8))
+        assert post(server.http_url, "/v1/traces", traces_request(spans).SerializeToString()) == 200
+        deadline = time.monotonic() + 20
+        while tid(8) not in read_index(fast_dir).latest() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert read_index(fast_dir).latest()[tid(8)]["rendered"] is False
+        late = weather_session(tid(8))[-1]
+        late.span_id, late.parent_span_id = "00000000000000ff", spans[-1].span_id
+        late.attributes["wt.incident"] = "INC-LATE"
+        assert post(server.http_url, "/v1/traces", traces_request([late]).SerializeToString()) == 200
+        while not read_index(fast_dir).latest()[tid(8)]["rendered"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    latest = read_index(fast_dir).latest()[tid(8)]
+    assert latest["rendered"] and latest["flagged"] and latest["flag_ref"] == "INC-LATE" and latest["revision"] == 2
+
+
+def test_a_custom_flag_rule_keeps_every_session_decoded(fast_dir: Path) -> None:
+    """A rule on a key the span index does not report: serve cannot tell unflagged sessions without decoding
+    them, so it does not keep any by reference (and says why in its log)."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"render": "flagged", "workers": 0},
+                         flagger={"rules": [{"name": "vip", "keys": ["app.customer.tier"], "match": "equals",
+                                             "value": "vip"}]})
+    server = Server(config, quiet=True, warn=lambda _m: None).start()
+    try:
+        assert server.pipeline is not None and server.pipeline.by_reference is False
+        assert server.stages is not None
+        assert "'vip'" in (server.stages.by_reference_blocker() or "")
+    finally:
+        server.stop()
