@@ -75,8 +75,9 @@ class WtOtelSpanProcessor(SpanProcessor):
     def __init__(self, data_dir: Path | str = "wt-data", *, config: ServeConfig | None = None,
                  idle_timeout: float | None = None, grace: float | None = None, metrics: Metrics | None = None,
                  on_written: Callable[[Written], None] | None = None, tick_interval: float = 0.5) -> None:
-        # in-process rendering (datadir.workers: 0): worker processes inside a user's app would surprise it
-        config = config or ServeConfig(data_dir=Path(data_dir), datadir={"workers": 0})
+        # in-process rendering (datadir.workers: 0): worker processes inside a user's app would surprise it;
+        # every session rendered (render: all): in an app, with no segment log, the volume is one user's
+        config = config or ServeConfig(data_dir=Path(data_dir), datadir={"workers": 0, "render": "all"})
         updates = {k: v for k, v in (("idle_timeout", idle_timeout), ("grace", grace)) if v is not None}
         if updates:
             config = config.model_copy(update={"assembler": config.assembler.model_copy(update=updates)})

@@ -153,6 +153,7 @@ def parts(envelope: dict, kind: str) -> list[dict]:
 
 def run_through_serve(tmp_path: Path, transport: str, incident: str = "") -> tuple[dict, list[dict], dict]:
     """One app run exported to a fresh serve; returns (app report, index entries, envelope)."""
+    from tests.support.kept import render_kept  # here: this file is also the app, run as a script
     from wt_otel.exporters.datadir import read_index
 
     serve = Serve(tmp_path, "--session-idle-timeout", "1")
@@ -162,6 +163,7 @@ def run_through_serve(tmp_path: Path, transport: str, incident: str = "") -> tup
         serve.wait_written()
     finally:
         serve.stop()
+    render_kept(tmp_path)  # an unflagged session is kept by reference (the default), rendered on demand
     index = read_index(tmp_path)
     assert index.problems == []
     entries = index.entries

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.support.kept import render_kept
 from tests.support.paths import ROOT
 from wt_otel.processors import rotel as rp
 
@@ -254,6 +255,7 @@ def test_rotel_feeds_wt_otel_serve_which_writes_the_session(start_rotel, tmp_pat
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(30)
-    entry = next(e for e in map(json.loads, index.read_text().splitlines()) if trace_id in e["trace_ids"])
+    render_kept(data_dir)  # unflagged: kept by reference (serve's default), rendered on demand
+    entry = next(e for e in reversed([*map(json.loads, index.read_text().splitlines())]) if trace_id in e["trace_ids"])
     written = "".join(p.read_text() for p in (data_dir / entry["path"]).rglob("*") if p.is_file())
     assert "Where is my parcel?" in written and "It arrives tomorrow." in written

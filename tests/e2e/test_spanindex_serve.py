@@ -31,7 +31,8 @@ from tests.support.spanindex import native_or_skip
 from wt_otel.exporters.datadir import read_index
 from wt_otel.ingest import spanindex
 
-CONFIG = "assembler:\n  idle_timeout: 600\n  grace: 600\n"  # nothing completes before the SIGTERM flush
+# nothing completes before the SIGTERM flush; every session rendered, so the decoded sessions compare
+CONFIG = "assembler:\n  idle_timeout: 600\n  grace: 600\ndatadir:\n  render: all\n"
 
 
 def _span(trace: bytes, n: int, name: str, **attrs: str) -> Span:

@@ -1,4 +1,4 @@
-"""`wt-otel sessions render`: render sessions that `datadir.render: flagged` kept as records only."""
+"""`wt-otel sessions render`: render sessions that `datadir.render: flagged` kept for later."""
 
 from __future__ import annotations
 
@@ -14,19 +14,21 @@ def sessions() -> None:
 
 @sessions.command("render")
 @click.argument("names", nargs=-1, metavar="KEY|SLUG...")
-@click.option("--all", "all_", is_flag=True, help="Every session kept as records only.")
+@click.option("--all", "all_", is_flag=True, help="Every session kept for later (not rendered yet).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
               show_default=True, help="The data dir `wt-otel serve` writes.")
 @click.pass_context
 def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dir: Path) -> None:
-    """Render sessions kept as records only into the six files of `wt-otel import`.
+    """Render sessions kept for later into the six files of `wt-otel import`.
 
-    With `datadir.render: flagged`, serve keeps an unflagged session as its
-    index line plus DATA_DIR/sessions/<slug>/records.otlp.pb (OTLP protobuf,
-    the collector's `format: proto`; `wt-otel import` reads it too). This
-    command renders it in place, exactly as serve would have, and appends a
-    revision to sessions.ndjsonl (`rendered: true`). A session already
-    rendered is left alone. `wt-otel flag` renders one as well.
+    With `datadir.render: flagged` (the default), serve renders incidents and
+    keeps every other session as its index line: by reference into the
+    segment log (DATA_DIR/segments/, kept for them within
+    durability.retain_age and retain_bytes), or, without the log, plus
+    DATA_DIR/sessions/<slug>/records.otlp.pb. This command renders it in
+    place, exactly as serve would have, and appends a revision to
+    sessions.ndjsonl (`rendered: true`). A session already rendered is left
+    alone. `wt-otel flag` renders one as well.
 
     \b
     Exit status:

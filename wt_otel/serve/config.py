@@ -121,10 +121,13 @@ class DataDirConfig(_Strict):
     """How the `datadir` stage writes sessions (exporters/datadir.py, exporters/render_pool.py)."""
 
     render: Literal["all", "flagged"] = Field(
-        "all", description="all: every session revision is rendered into the six files of `wt-otel import`; "
-                           "flagged: only flagged ones, the others are kept as their index line plus their records "
-                           "(sessions/<slug>/records.otlp.pb) and rendered on demand (`wt-otel sessions render`, "
-                           "`wt-otel flag`, a late flag); with the redactor on, every session is rendered")
+        "flagged", description="flagged: incidents are rendered into the six files of `wt-otel import`; every "
+                               "other session is kept as its index line, by reference into the segment log "
+                               "(never decoded: see durability.retain_age), or, without the log, plus its "
+                               "records (sessions/<slug>/records.otlp.pb), and rendered on demand (`wt-otel "
+                               "sessions render`, `wt-otel flag`, a late flag); all: every session revision is "
+                               "rendered (several times the CPU per span); with the redactor on, every session is "
+                               "rendered")
     workers: int = Field(2, ge=0, le=32, description="worker processes that render and write sessions off the "
                          "pipeline thread (forkserver); 0: in the pipeline thread (the in-app SDK processor's "
                          "default)")

@@ -22,7 +22,10 @@ across files. Each decoded record carries the position of its request
 requests appended but not yet handed to the assembler (the pins here), records
 the assembler holds (open sessions and written ones kept for late spans), and
 the head of the open generation (anything appended later lies above it).
-Generations wholly below the checkpoint are deleted.
+Generations wholly below the checkpoint are deleted, except, newest first, those within `retain_age` and
+`retain_bytes` when serve keeps sessions by reference into them (`SpanRef`, `datadir.render: flagged`):
+`spans_of` reads such a session's spans back (`wt-otel sessions render`). Those retained generations do not
+count against `max_bytes`, which caps only what the checkpoint still needs.
 
 Group commit. Writers `append` (one write(2) under a lock) and `wait`; one
 committer thread fsyncs the dirty files at most every `commit_interval` seconds

@@ -47,6 +47,7 @@ def records(dump: Path) -> list:
 
 def serve_dump(recs: list, out: Path, **datadir) -> Path:
     """The serve pipeline's stages (assembler, flagger, data dir) on one dump's records, then a clean stop."""
+    datadir.setdefault("render", "all")
     pipe = build_pipeline(ServeConfig(data_dir=out, datadir=datadir), Metrics(), quiet=True, warn=lambda _m: None)
     pipe.head.consume(recs, time.time())
     pipe.flush()

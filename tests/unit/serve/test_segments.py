@@ -27,8 +27,10 @@ from wt_otel.serve.server import Server
 
 
 def config(data_dir: Path, idle: float = 60.0, late_window: float = 300.0, **durability) -> ServeConfig:
+    # render: all: these are the decoded sessions' durability; test_by_reference.py has the kept ones'
     return ServeConfig(data_dir=data_dir, receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
                        assembler=AssemblerConfig(idle_timeout=idle, grace=idle, late_window=late_window),
+                       datadir={"render": "all"},
                        durability=DurabilityConfig(**durability))
 
 

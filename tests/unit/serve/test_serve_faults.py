@@ -23,6 +23,8 @@ from wt_otel.serve.server import Server
 
 
 def _server(tmp_path: Path, **kw) -> Server:
+    """render: all unless told: these faults are those of decoded, rendered sessions."""
+    kw.setdefault("datadir", DataDirConfig(render="all"))
     config = ServeConfig(data_dir=tmp_path / "data",
                          receivers=ReceiversConfig(grpc_endpoint="127.0.0.1:0", http_endpoint="127.0.0.1:0"),
                          assembler=kw.pop("assembler", AssemblerConfig(idle_timeout=0.3, grace=0.05)), **kw)
@@ -153,7 +155,7 @@ def test_item3_budget_full_answers_429_with_retry_info(tmp_path):
 def test_item4_full_disk_stops_acknowledging_keeps_data_and_writes_it_later(tmp_path):
     """With a full data dir, acknowledged sessions used to be lost while /healthz said ok."""
     # the `write_dir` seam is the pipeline thread's; render workers meet a real full disk in test_full_disk_tmpfs
-    server = _server(tmp_path, datadir=DataDirConfig(workers=0))
+    server = _server(tmp_path, datadir=DataDirConfig(workers=0, render="all"))
     store = server.store
     real = store.write_dir
     full = {"on": True}
@@ -187,7 +189,7 @@ def test_item4_full_disk_stops_acknowledging_keeps_data_and_writes_it_later(tmp_
 
 def test_item4_shutdown_on_a_full_disk_tries_once_more(tmp_path):
     # the `write_dir` seam is the pipeline thread's; render workers meet a real full disk in test_full_disk_tmpfs
-    server = _server(tmp_path, datadir=DataDirConfig(workers=0))
+    server = _server(tmp_path, datadir=DataDirConfig(workers=0, render="all"))
     store = server.store
     real, full = store.write_dir, {"on": True}
     store.write_dir = lambda dest, files, **kw: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")) if full[
