@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -28,6 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.hostile import genai_session, tid
+from tests.support.kept import render_kept
 from tests.support.livehelpers import run_agent
 from wt_otel.exporters.datadir import read_index
 from wt_otel.ingest.otlp import spans_from_request
@@ -74,7 +76,10 @@ def llm_span_ids(data_dir: Path) -> set[str]:
     return out
 
 
-def test_kill_9_mid_ingest_loses_no_acknowledged_span(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incidents", [True, False], ids=["decoded", "by-reference"])
+def test_kill_9_mid_ingest_loses_no_acknowledged_span(tmp_path: Path, incidents: bool) -> None:
+    """Flagged sessions are decoded and rendered; unflagged ones (serve's default render: flagged) are kept by
+    reference into the segment log and rendered here, after the restart, as a user would."""
     serve = Serve(tmp_path, "--session-idle-timeout", "1")
     exporter = OTLPSpanExporter(endpoint=serve.grpc, insecure=True, timeout=3)
     seen = InMemorySpanExporter()
@@ -87,7 +92,7 @@ def test_kill_9_mid_ingest_loses_no_acknowledged_span(tmp_path: Path) -> None:
     def send() -> None:
         for i in range(10_000):
             seen.clear()
-            run_agent(tracer, incident=f"INC-{i}")
+            run_agent(tracer, incident=f"INC-{i}" if incidents else None)
             spans = seen.get_finished_spans()
             if exporter.export(spans) is not SpanExportResult.SUCCESS:
                 failed.set()
@@ -121,6 +126,8 @@ def test_kill_9_mid_ingest_loses_no_acknowledged_span(tmp_path: Path) -> None:
         again.proc.send_signal(signal.SIGTERM)
         rc = again.proc.wait(timeout=30)
     assert rc == 0, again.out[-20:]
+    if not incidents:
+        render_kept(tmp_path)
     assert acked_chats <= llm_span_ids(tmp_path)  # every acknowledged span, not just its trace
     assert any("replayed" in line for line in again.out), again.out[:20]
     keys = [e["key"] for e in read_index(tmp_path).entries]
