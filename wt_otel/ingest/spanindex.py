@@ -21,17 +21,27 @@ else (arrays, kvlists, several or unknown fields) goes through the protobuf deco
 never read two ways.
 
 Two implementations with identical results: the native scanner (`_spanindex.c`, an optional C
-extension built by `pip install`) and the pure-Python walk below, the fallback when no compiler was
-available. `WT_OTEL_SPANINDEX=python|native|auto` (default auto: native when built) chooses one at
-start-up; `implementation()` says which runs. `off` is the kill switch: serve then decodes every
-request in full, as before the index (`scan` still works, on the fallback).
+extension built by `pip install`) and the pure-Python fallback (`scan_python`, when no compiler was
+available): upb parses the request on a lean schema built at start-up (ids, names, attribute keys
+and raw values; everything else is an unknown field upb skips) and Python reads the few fields the
+index needs. The wire walk in Python (`scan_wire`, which the C scanner mirrors) is the reference
+for hostile input: the fallback hands the bytes to it when upb refuses them or a value read is bad,
+so every implementation refuses with the same message. `WT_OTEL_SPANINDEX=python|native|auto`
+(default auto: native when built) chooses one at start-up; `implementation()` says which runs.
+`off` is the kill switch: serve then decodes every request in full, as before the index (`scan`
+still works, on the fallback).
 
-Hostile input (truncated varints, lengths past the end, wrong wire types on the fields read, groups,
-a field number 0) raises `SpanIndexError`: the caller then decodes the request the usual way, which
-reports it as malformed. The walk is iterative over a fixed depth (request > resource > scope > span
-> attribute/event > value) and skips what it does not read by its length, so nesting cannot recurse
-and memory is bounded by the number of spans (at most one per two input bytes). It checks the
-structure of the levels it walks, not everything protobuf checks (e.g. UTF-8 in values it skips).
+Hostile input (truncated varints, varints over 10 bytes, lengths past the end, an unclosed group or
+an end-group tag outside one, wire types 6 and 7, a field number 0 on the levels walked) raises
+`SpanIndexError`: the caller then decodes the request the usual way, which reports it as malformed.
+A field read with an unexpected wire type, and a group, are skipped as protobuf skips unknown
+fields (so upb, the decoder and the walks agree). The walks are iterative over a fixed depth
+(request > resource > scope > span > attribute/event > value) and skip what they do not read by
+its length (a group by counting its nesting), so nesting cannot recurse and memory is bounded by the
+number of spans (at most one per two input bytes; upb's arena for the lean parse is bounded by the
+input's length, and it aliases the bytes values rather than copying them). They
+check the structure of the levels they walk, not everything protobuf checks (e.g. UTF-8 in values
+they skip).
 """
 
 from __future__ import annotations
@@ -216,6 +226,11 @@ def _value(buf: bytes, pos: int, end: int) -> Any:
     start = pos
     if pos == end:
         return None
+    if buf[pos] == 0x0A and pos + 1 < end and buf[pos + 1] < 0x80 and pos + 2 + buf[pos + 1] == end:
+        try:  # the usual value: a lone string with a one-byte length
+            return buf[pos + 2:end].decode()
+        except UnicodeDecodeError:
+            raise SpanIndexError("a string attribute value is not valid UTF-8") from None
     tag, pos = _varint(buf, pos, end)
     field, wire = tag >> 3, tag & 7
     if wire == 2 and field in (1, 7):
@@ -319,10 +334,16 @@ def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool
 _KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool]] = {}  # attribute keys repeat: classify each once
 
 
+_PLAIN: tuple[bool, int | None, bool] = (False, None, False)
+_GENAI_ONLY: tuple[bool, int | None, bool] = (True, None, False)
+
+
 def _classify(key: bytes) -> tuple[bool, int | None, bool]:
-    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key."""
+    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key; the two usual classes
+    are the constants `_PLAIN` and `_GENAI_ONLY`, so a walk can test them by identity."""
     cls = (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B, _WANTED_B.get(key),
            key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B))
+    cls = _PLAIN if cls == _PLAIN else _GENAI_ONLY if cls == _GENAI_ONLY else cls
     if len(_KEY_CLASSES) < 20_000:  # bounded: hostile traffic with ever new keys only loses the cache
         _KEY_CLASSES[key] = cls
     return cls
@@ -418,23 +439,24 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
 
 def _entry(trace: bytes, span: bytes, parent: bytes, name: bytes, genai: bool, values: dict[int, Any],
            marks: dict[str, Any] | None, event_marks: list[tuple[str, Any]] | None) -> SpanEntry:
-    """A span's entry from what both walks collect: the values read (by slot), the span's own marks and
-    its events' marks."""
+    """A span's entry from what both walks collect: the values read (by slot, in slot order), the span's
+    own marks and its events' marks."""
     conversation = None
-    if values:
-        for slot in range(_OP_SLOT):
-            v = values.get(slot)
-            if v is not None and v != "":
-                conversation = str(v)
-                break
+    for slot, v in values.items():
+        if slot < _OP_SLOT and v is not None and v != "":
+            conversation = str(v)
+            break
     operation = None
     if not parent:
         op = values.get(_OP_SLOT)
         operation = op if isinstance(op, str) else _OPERATIONS_B.get(name.split(b" ", 1)[0])
-    return SpanEntry(trace.hex(), span.hex(), parent.hex() if parent else None,
-                     genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
-                     ((*marks.items(), *(event_marks or ())) if marks else
-                      tuple(event_marks) if event_marks else _NO_MARKS))
+    return _new_entry(SpanEntry, (trace.hex(), span.hex(), parent.hex() if parent else None,
+                                  genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
+                                  ((*marks.items(), *(event_marks or ())) if marks else
+                                   tuple(event_marks) if event_marks else _NO_MARKS)))
+
+
+_new_entry = tuple.__new__  # a SpanEntry from a 7-tuple, without the NamedTuple's Python-level __new__
 
 
 def scan_wire(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
@@ -494,12 +516,12 @@ _LeanRequest = _lean_request_class()
 
 def _lean_value(raws: Any) -> Any:
     """A value read by the index, from the occurrences of KeyValue.value that upb kept."""
-    if len(raws) > 1:
+    if len(raws) == 1:
+        raw = raws[0]
+        return _value(raw, 0, len(raw))
+    if raws:
         raise SpanIndexError("an attribute read by the index has its value field more than once")
-    if not raws:
-        return None
-    raw = raws[0]
-    return _value(raw, 0, len(raw))
+    return None
 
 
 def _lean_key(key: bytes) -> str:
@@ -517,8 +539,12 @@ def _lean_span(sp: Any) -> SpanEntry:
     for kv in sp.attributes:
         key = kv.key
         cls = classes.get(key) or _classify(key)
+        if cls is _PLAIN:
+            continue
         if cls[0]:
             genai = True
+            if cls is _GENAI_ONLY:
+                continue
         if cls[1] is not None:
             if wanted is None:
                 wanted = {}
@@ -542,7 +568,10 @@ def _lean_span(sp: Any) -> SpanEntry:
                 event_marks.extend(own.items())
             if not genai and event.name.startswith(_EVENT_PREFIX_B):
                 genai = True
-    values = {slot: _lean_value(raws) for slot, raws in sorted(wanted.items())} if wanted is not None else {}
+    values: dict[int, Any] = {}
+    if wanted is not None:
+        for slot, raws in sorted(wanted.items()) if len(wanted) > 1 else wanted.items():
+            values[slot] = _lean_value(raws)
     return _entry(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, genai, values, marks, event_marks)
 
 
