@@ -500,7 +500,9 @@ def _lean_request_class() -> Any:
         message = file.message_type.add(name=name)
         for field_name, type_name in fields:
             real = otlp.DESCRIPTOR.fields_by_name[field_name]
-            repeated = real.is_repeated or (otlp is KeyValue and field_name == "value")
+            # `is_repeated` since protobuf 6.31 (where `label` went away); `label` before
+            repeated = (real.is_repeated if hasattr(real, "is_repeated") else real.label == _FIELD.LABEL_REPEATED
+                        ) or (otlp is KeyValue and field_name == "value")
             field = message.field.add(name=field_name, number=real.number,
                                       label=_FIELD.LABEL_REPEATED if repeated else _FIELD.LABEL_OPTIONAL,
                                       type=_FIELD.TYPE_MESSAGE if type_name else _FIELD.TYPE_BYTES)

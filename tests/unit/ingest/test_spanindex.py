@@ -121,6 +121,20 @@ def test_the_benchmark_sessions_and_traces_data_index_alike(scan):
     assert scan(b"") == []
 
 
+def test_the_fallback_indexes_well_formed_requests_without_the_wire_walk(monkeypatch):
+    """The wire walk is the fallback's answer to hostile bytes only: real requests go through upb."""
+    bodies = [rich_request(), *(b for d in producer_dumps() for b in trace_requests(d))]
+    expect = [spanindex.scan_wire(body) for body in bodies]
+
+    def refuse(body):
+        raise AssertionError("the wire walk ran on a well-formed request")
+
+    monkeypatch.setattr(spanindex, "scan_wire", refuse)
+    assert [spanindex.scan_python(body) for body in bodies] == expect
+    with pytest.raises(AssertionError, match="the wire walk ran"):
+        spanindex.scan_python(b"\x0a\x80")
+
+
 def test_all_implementations_agree_entry_for_entry():
     native = implementation("native")
     for body in [rich_request(), *(b for d in producer_dumps() for b in trace_requests(d))]:
