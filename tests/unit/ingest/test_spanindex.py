@@ -180,14 +180,17 @@ def test_wrong_wire_types_and_groups_are_skipped_as_protobuf_skips_them(scan, bo
 
 
 def test_what_upb_refuses_but_the_index_accepts_is_indexed_by_the_wire_walk(scan):
-    """A 6-byte tag (field numbers past 32 bits, an unknown field to the index) makes upb refuse the bytes:
-    the fallback then answers with the wire walk, so all implementations still agree."""
+    """A 6-byte tag (field numbers past 32 bits, an unknown field to the index), or groups nested deeper than
+    upb's limit, make upb refuse the bytes: the fallback then answers with the wire walk, so all
+    implementations still agree."""
     span = Span(trace_id=T1, span_id=b"\x01" * 8, name="chat x").SerializeToString()
     huge_tag = b"\xf8\xff\xff\xff\x8f\x00\x01"  # field 2**32 - 1 + ..., wire type 0
-    body = _len_field(1, _len_field(2, _len_field(2, span + huge_tag)))
-    with pytest.raises(DecodeError):
-        spanindex._LeanRequest.FromString(body)
-    assert [(e.trace_id, e.operation) for e in scan(body)] == [(T1.hex(), "chat")]
+    deep_groups = b"\x7b" * 300 + b"\x7c" * 300  # field 15 as 300 nested groups: past upb's depth limit
+    for extra in (huge_tag, deep_groups):
+        body = _len_field(1, _len_field(2, _len_field(2, span + extra)))
+        with pytest.raises(DecodeError):
+            spanindex._LeanRequest.FromString(body)
+        assert [(e.trace_id, e.operation) for e in scan(body)] == [(T1.hex(), "chat")]
 
 
 def test_the_first_bad_value_in_wire_order_is_the_one_reported(scan):
