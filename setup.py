@@ -1,7 +1,7 @@
 """The one thing pyproject.toml cannot say: the optional C extension (the native span index).
 
 `optional=True`: when it cannot be built (no C compiler, no Python headers) setuptools warns and the
-install goes on without it; `wt_otel.ingest.spanindex` then runs its pure-Python walk.
+install goes on without it; `wt_otel.ingest.spanindex` then runs its pure-Python fallback (upb on a lean schema).
 """
 
 from setuptools import Extension, setup

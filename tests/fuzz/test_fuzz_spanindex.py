@@ -1,6 +1,6 @@
-"""Fuzzing the span index (issue 15): the native scanner and the pure-Python walk against each other on
-garbage, on mutated real requests and on generated ones, and both against today's decode path whenever
-protobuf accepts the bytes. Either implementation may refuse (SpanIndexError, the same message from both),
+"""Fuzzing the span index (issue 15): the native scanner, the upb fallback and the wire walk against each
+other on garbage, on mutated real requests and on generated ones, and against today's decode path
+whenever protobuf accepts the bytes. Any implementation may refuse (SpanIndexError, the same message from all),
 never anything else; `pytest` runs the fast profile, `pytest -m fuzz` the long one."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ SEED = _seed()
 def _agree(body: bytes) -> tuple[str, str]:
     native = implementation("native")
     got = outcome(spanindex.scan_python, body)
+    assert outcome(spanindex.scan_wire, body) == got
     assert outcome(native, body) == got
     return got
 

@@ -1,8 +1,9 @@
 """The span index's two implementations for tests, and what the decoder says an index entry must be.
 
-`implementations()` is what every comparison is parametrized with: the pure-Python walk always, the
-native scanner when it was built; a missing native scanner is a skip, or a failure when
-`WT_OTEL_REQUIRE_NATIVE=1` (CI sets it: there the extension must have been built).
+`IMPLEMENTATIONS` is what every comparison is parametrized with: the pure-Python fallback (upb on the
+lean schema) and the wire walk (its reference on hostile input) always, the native scanner when it was
+built; a missing native scanner is a skip, or a failure when `WT_OTEL_REQUIRE_NATIVE=1` (CI sets it:
+there the extension must have been built).
 
 `truth(body)` derives each span's entry from today's decode path instead (upb parse,
 `spans_from_request`, the genai-filter's `is_genai`, the dialects' `conversation_id` and
@@ -42,10 +43,12 @@ def native_or_skip() -> Scan:
     return spanindex.scan_native
 
 
-IMPLEMENTATIONS = ["python", "native"]
+IMPLEMENTATIONS = ["python", "wire", "native"]
 
 
 def implementation(name: str) -> Scan:
+    if name == "wire":
+        return spanindex.scan_wire
     return spanindex.scan_python if name == "python" else native_or_skip()
 
 

@@ -1,7 +1,8 @@
-/* The native span index: the same walk as `scan_python` in spanindex.py, with identical results
- * (the tests compare both on every producer fixture and on fuzzed bytes). Read that module first:
- * it documents what an entry holds and which inputs are errors; this file mirrors it function by
- * function (_fields, _skip, _value, _key_value, _event, _span) and raises the same messages.
+/* The native span index: the same walk as `scan_wire` in spanindex.py, with identical results
+ * (the tests compare it with both Python implementations on every producer fixture and on fuzzed
+ * bytes). Read that module first: it documents what an entry holds and which inputs are errors; this
+ * file mirrors the wire walk function by function (_fields, _skip, _skip_group, _value, _key_value,
+ * _event, _span) and raises the same messages.
  *
  * The tables (GenAI key prefixes, ...) are not compiled in: spanindex.py passes them to configure(),
  * so wt_otel.ingest.keys stays the one place they are written. Memory: the walk has a fixed depth,
@@ -66,6 +67,10 @@ static int read_varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, uint64
     }
 }
 
+static int skip_group(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, uint64_t field);
+
+/* _skip: past a field the walk does not read (or a read field with an unexpected wire type, which
+ * protobuf keeps as an unknown field). */
 static int skip_field(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, unsigned wire, uint64_t field) {
     uint64_t n;
     switch (wire) {
@@ -81,14 +86,48 @@ static int skip_field(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, unsigne
     case 5:
         n = 4;
         break;
+    case 3:
+        return skip_group(b, pos, end, field);
+    case 4:
+        return fail("field %llu ends a group that was not started (wire type 4) at byte %zd",
+                    (unsigned long long)field, *pos);
     default:
-        return fail("field %llu has wire type %u (groups and types 6/7 are not OTLP) at byte %zd",
-                    (unsigned long long)field, wire, *pos);
+        return fail("field %llu has wire type %u (not a protobuf wire type) at byte %zd", (unsigned long long)field,
+                    wire, *pos);
     }
     if (n > (uint64_t)(end - *pos))
         return fail("field %llu runs past the end of its message (byte %zd)", (unsigned long long)field, end);
     *pos += (Py_ssize_t)n;
     return 0;
+}
+
+/* _skip_group: to the end-group tag of `field`, counting nested groups instead of recursing (their
+ * numbers are not checked). skip_field never sees wire type 3 from here, so this does not recurse. */
+static int skip_group(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, uint64_t field) {
+    Py_ssize_t depth = 0;
+    for (;;) {
+        uint64_t tag, number;
+        unsigned wire;
+        if (*pos >= end)
+            return fail("group field %llu is not closed before byte %zd", (unsigned long long)field, end);
+        if (read_varint(b, pos, end, &tag) < 0)
+            return -1;
+        number = tag >> 3;
+        wire = (unsigned)(tag & 7);
+        if (wire == 3) {
+            depth++;
+        } else if (wire == 4) {
+            if (depth == 0) {
+                if (number != field)
+                    return fail("group field %llu is closed by field %llu at byte %zd", (unsigned long long)field,
+                                (unsigned long long)number, *pos);
+                return 0;
+            }
+            depth--;
+        } else if (skip_field(b, pos, end, wire, number) < 0) {
+            return -1;
+        }
+    }
 }
 
 /* The tag at *pos: field number and wire type. */
@@ -182,11 +221,8 @@ static int collect_fields(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, uint
             return -1;
         if (field == 0)
             return fail("field number 0 in %s at byte %zd", what, pos);
-        if (field == want) {
+        if (field == want && wire == 2) {
             Py_ssize_t stop;
-            if (wire != 2)
-                return fail("%s field %llu has wire type %u, expected 2 (a message)", what,
-                            (unsigned long long)want, wire);
             if (read_len(b, &pos, end, what, want, &stop) < 0)
                 return -1;
             if (push_range(out, pos, stop) < 0)
@@ -267,10 +303,8 @@ static int read_key_value(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, kv_t
             return -1;
         if (field == 0)
             return fail("field number 0 in an attribute at byte %zd", pos);
-        if (field == 1 || field == 2) {
+        if ((field == 1 || field == 2) && wire == 2) {
             Py_ssize_t stop;
-            if (wire != 2)
-                return fail("attribute field %llu has wire type %u, expected 2", (unsigned long long)field, wire);
             if (read_len(b, &pos, end, "attribute", field, &stop) < 0)
                 return -1;
             if (field == 1) {
@@ -353,12 +387,8 @@ static int read_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, PyObject
             fail("field number 0 in a span event at byte %zd", pos);
             goto error;
         }
-        if (field == 2 || field == 3) {
+        if ((field == 2 || field == 3) && wire == 2) {
             Py_ssize_t stop;
-            if (wire != 2) {
-                fail("span event field %llu has wire type %u, expected 2", (unsigned long long)field, wire);
-                goto error;
-            }
             if (read_len(b, &pos, end, "span event", field, &stop) < 0)
                 goto error;
             if (field == 2) {
@@ -428,11 +458,7 @@ static PyObject *read_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end) {
             fail("field number 0 in a span at byte %zd", pos);
             goto error;
         }
-        if (field == 1 || field == 2 || field == 4 || field == 5 || field == 9 || field == 11) {
-            if (wire != 2) {
-                fail("span field %llu has wire type %u, expected 2", (unsigned long long)field, wire);
-                goto error;
-            }
+        if (wire == 2 && (field == 1 || field == 2 || field == 4 || field == 5 || field == 9 || field == 11)) {
             if (read_len(b, &pos, end, "span", field, &stop) < 0)
                 goto error;
             if (field == 9) {

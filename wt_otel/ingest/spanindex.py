@@ -21,17 +21,27 @@ else (arrays, kvlists, several or unknown fields) goes through the protobuf deco
 never read two ways.
 
 Two implementations with identical results: the native scanner (`_spanindex.c`, an optional C
-extension built by `pip install`) and the pure-Python walk below, the fallback when no compiler was
-available. `WT_OTEL_SPANINDEX=python|native|auto` (default auto: native when built) chooses one at
-start-up; `implementation()` says which runs. `off` is the kill switch: serve then decodes every
-request in full, as before the index (`scan` still works, on the fallback).
+extension built by `pip install`) and the pure-Python fallback (`scan_python`, when no compiler was
+available): upb parses the request on a lean schema built at start-up (ids, names, attribute keys
+and raw values; everything else is an unknown field upb skips) and Python reads the few fields the
+index needs. The wire walk in Python (`scan_wire`, which the C scanner mirrors) is the reference
+for hostile input: the fallback hands the bytes to it when upb refuses them or a value read is bad,
+so every implementation refuses with the same message. `WT_OTEL_SPANINDEX=python|native|auto`
+(default auto: native when built) chooses one at start-up; `implementation()` says which runs.
+`off` is the kill switch: serve then decodes every request in full, as before the index (`scan`
+still works, on the fallback).
 
-Hostile input (truncated varints, lengths past the end, wrong wire types on the fields read, groups,
-a field number 0) raises `SpanIndexError`: the caller then decodes the request the usual way, which
-reports it as malformed. The walk is iterative over a fixed depth (request > resource > scope > span
-> attribute/event > value) and skips what it does not read by its length, so nesting cannot recurse
-and memory is bounded by the number of spans (at most one per two input bytes). It checks the
-structure of the levels it walks, not everything protobuf checks (e.g. UTF-8 in values it skips).
+Hostile input (truncated varints, varints over 10 bytes, lengths past the end, an unclosed group or
+an end-group tag outside one, wire types 6 and 7, a field number 0 on the levels walked) raises
+`SpanIndexError`: the caller then decodes the request the usual way, which reports it as malformed.
+A field read with an unexpected wire type, and a group, are skipped as protobuf skips unknown
+fields (so upb, the decoder and the walks agree). The walks are iterative over a fixed depth
+(request > resource > scope > span > attribute/event > value) and skip what they do not read by
+its length (a group by counting its nesting), so nesting cannot recurse and memory is bounded by the
+number of spans (at most one per two input bytes; upb's arena for the lean parse is bounded by the
+input's length, and it aliases the bytes values rather than copying them). They
+check the structure of the levels they walk, not everything protobuf checks (e.g. UTF-8 in values
+they skip).
 """
 
 from __future__ import annotations
@@ -41,8 +51,12 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FieldDescriptor as _FIELD
 from google.protobuf.message import DecodeError
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS
 from wt_otel.ingest.flags import FEEDBACK_KEYS
@@ -57,7 +71,7 @@ from wt_otel.ingest.keys import (
 from wt_otel.ingest.otlp import _pb_value
 
 __all__ = ["ENV_VAR", "SpanEntry", "SpanIndexError", "SpanIndexUnavailable", "implementation", "native_available",
-           "scan", "scan_native", "scan_python"]
+           "scan", "scan_native", "scan_python", "scan_wire"]
 
 ENV_VAR = "WT_OTEL_SPANINDEX"
 
@@ -119,7 +133,7 @@ def _resolve(raw: bytes) -> Any:
         raise SpanIndexError(f"an attribute value is not a valid AnyValue ({e})") from None
 
 
-# --------------------------------------------------------------------------- the pure-Python walk
+# --------------------------------------------------------------------------- the wire walk
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
@@ -137,7 +151,8 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def _skip(buf: bytes, pos: int, end: int, wire: int, field: int) -> int:
-    """Past the value of a field the walk does not read."""
+    """Past the value of a field the walk does not read (or a read field with an unexpected wire type,
+    which protobuf keeps as an unknown field: so does the index)."""
     if wire == 0:
         return _varint(buf, pos, end)[1]
     if wire == 2:
@@ -147,11 +162,36 @@ def _skip(buf: bytes, pos: int, end: int, wire: int, field: int) -> int:
         pos += 8
     elif wire == 5:
         pos += 4
+    elif wire == 3:
+        return _skip_group(buf, pos, end, field)
+    elif wire == 4:
+        raise SpanIndexError(f"field {field} ends a group that was not started (wire type 4) at byte {pos}")
     else:
-        raise SpanIndexError(f"field {field} has wire type {wire} (groups and types 6/7 are not OTLP) at byte {pos}")
+        raise SpanIndexError(f"field {field} has wire type {wire} (not a protobuf wire type) at byte {pos}")
     if pos > end:
         raise SpanIndexError(f"field {field} runs past the end of its message (byte {end})")
     return pos
+
+
+def _skip_group(buf: bytes, pos: int, end: int, field: int) -> int:
+    """Past an (unknown, deprecated) group: to the end-group tag of `field`, counting nested groups
+    instead of recursing. Protobuf also checks the numbers of nested groups; the index does not."""
+    depth = 0
+    while True:
+        if pos >= end:
+            raise SpanIndexError(f"group field {field} is not closed before byte {end}")
+        tag, pos = _varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if wire == 3:
+            depth += 1
+        elif wire == 4:
+            if depth == 0:
+                if number != field:
+                    raise SpanIndexError(f"group field {field} is closed by field {number} at byte {pos}")
+                return pos
+            depth -= 1
+        else:
+            pos = _skip(buf, pos, end, wire, number)
 
 
 def _fields(buf: bytes, pos: int, end: int, want: int, what: str) -> list[tuple[int, int]]:
@@ -166,9 +206,7 @@ def _fields(buf: bytes, pos: int, end: int, want: int, what: str) -> list[tuple[
         field, wire = tag >> 3, tag & 7
         if field == 0:
             raise SpanIndexError(f"field number 0 in {what} at byte {pos}")
-        if field == want:
-            if wire != 2:
-                raise SpanIndexError(f"{what} field {want} has wire type {wire}, expected 2 (a message)")
+        if field == want and wire == 2:
             if pos < end and buf[pos] < 0x80:
                 n = buf[pos]
                 pos += 1
@@ -188,6 +226,11 @@ def _value(buf: bytes, pos: int, end: int) -> Any:
     start = pos
     if pos == end:
         return None
+    if buf[pos] == 0x0A and pos + 1 < end and buf[pos + 1] < 0x80 and pos + 2 + buf[pos + 1] == end:
+        try:  # the usual value: a lone string with a one-byte length
+            return buf[pos + 2:end].decode()
+        except UnicodeDecodeError:
+            raise SpanIndexError("a string attribute value is not valid UTF-8") from None
     tag, pos = _varint(buf, pos, end)
     field, wire = tag >> 3, tag & 7
     if wire == 2 and field in (1, 7):
@@ -224,9 +267,7 @@ def _key_value(buf: bytes, pos: int, end: int) -> tuple[bytes, int, int, int]:
         field, wire = tag >> 3, tag & 7
         if field == 0:
             raise SpanIndexError(f"field number 0 in an attribute at byte {pos}")
-        if field == 1 or field == 2:
-            if wire != 2:
-                raise SpanIndexError(f"attribute field {field} has wire type {wire}, expected 2")
+        if (field == 1 or field == 2) and wire == 2:
             if pos < end and buf[pos] < 0x80:
                 n = buf[pos]
                 pos += 1
@@ -267,9 +308,7 @@ def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool
         field, wire = tag >> 3, tag & 7
         if field == 0:
             raise SpanIndexError(f"field number 0 in a span event at byte {pos}")
-        if field == 2 or field == 3:
-            if wire != 2:
-                raise SpanIndexError(f"span event field {field} has wire type {wire}, expected 2")
+        if (field == 2 or field == 3) and wire == 2:
             if pos < end and buf[pos] < 0x80:
                 n = buf[pos]
                 pos += 1
@@ -295,10 +334,16 @@ def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool
 _KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool]] = {}  # attribute keys repeat: classify each once
 
 
+_PLAIN: tuple[bool, int | None, bool] = (False, None, False)
+_GENAI_ONLY: tuple[bool, int | None, bool] = (True, None, False)
+
+
 def _classify(key: bytes) -> tuple[bool, int | None, bool]:
-    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key."""
+    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key; the two usual classes
+    are the constants `_PLAIN` and `_GENAI_ONLY`, so a walk can test them by identity."""
     cls = (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B, _WANTED_B.get(key),
            key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B))
+    cls = _PLAIN if cls == _PLAIN else _GENAI_ONLY if cls == _GENAI_ONLY else cls
     if len(_KEY_CLASSES) < 20_000:  # bounded: hostile traffic with ever new keys only loses the cache
         _KEY_CLASSES[key] = cls
     return cls
@@ -345,9 +390,7 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
         field, wire = tag >> 3, tag & 7
         if field == 0:
             raise SpanIndexError(f"field number 0 in a span at byte {pos}")
-        if field in (1, 2, 4, 5, 9, 11):
-            if wire != 2:
-                raise SpanIndexError(f"span field {field} has wire type {wire}, expected 2")
+        if wire == 2 and field in (1, 2, 4, 5, 9, 11):
             if pos < end and buf[pos] < 0x80:
                 n = buf[pos]
                 pos += 1
@@ -391,25 +434,34 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
             if count > 1:
                 raise SpanIndexError("an attribute read by the index has its value field more than once")
             values[slot] = _value(buf, vstart, vend) if count else None
+    return _entry(trace, span, parent, name, genai or event_genai, values, marks, event_marks)
+
+
+def _entry(trace: bytes, span: bytes, parent: bytes, name: bytes, genai: bool, values: dict[int, Any],
+           marks: dict[str, Any] | None, event_marks: list[tuple[str, Any]] | None) -> SpanEntry:
+    """A span's entry from what both walks collect: the values read (by slot, in slot order), the span's
+    own marks and its events' marks."""
     conversation = None
-    if values:
-        for slot in range(_OP_SLOT):
-            v = values.get(slot)
-            if v is not None and v != "":
-                conversation = str(v)
-                break
+    for slot, v in values.items():
+        if slot < _OP_SLOT and v is not None and v != "":
+            conversation = str(v)
+            break
     operation = None
     if not parent:
         op = values.get(_OP_SLOT)
         operation = op if isinstance(op, str) else _OPERATIONS_B.get(name.split(b" ", 1)[0])
-    return SpanEntry(trace.hex(), span.hex(), parent.hex() if parent else None,
-                     genai or event_genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
-                     ((*marks.items(), *(event_marks or ())) if marks else
-                      tuple(event_marks) if event_marks else _NO_MARKS))
+    return _new_entry(SpanEntry, (trace.hex(), span.hex(), parent.hex() if parent else None,
+                                  genai or name.startswith(_NAME_PREFIXES_B), conversation, operation,
+                                  ((*marks.items(), *(event_marks or ())) if marks else
+                                   tuple(event_marks) if event_marks else _NO_MARKS)))
 
 
-def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
-    """The pure-Python walk (the fallback); raises `SpanIndexError`."""
+_new_entry = tuple.__new__  # a SpanEntry from a 7-tuple, without the NamedTuple's Python-level __new__
+
+
+def scan_wire(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
+    """The walk over wire bytes, the reference for hostile input: what `scan_python` answers when upb
+    refuses the bytes or a value it reads is bad (the first error in wire order); raises `SpanIndexError`."""
     buf = body if type(body) is bytes else bytes(body)
     entries = []
     for rs_start, rs_end in _fields(buf, 0, len(buf), 1, "the request"):
@@ -417,6 +469,130 @@ def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
             for sp_start, sp_end in _fields(buf, ss_start, ss_end, 2, "a scope_spans"):
                 entries.append(_span(buf, sp_start, sp_end))
     return entries
+
+
+# --------------------------------------------------------------------------- the fallback: upb on a lean schema
+
+# The fields the index reads, by message; the numbers come from opentelemetry-proto's own descriptors.
+# Ids, names and keys are declared `bytes` (no UTF-8 check, no str built), and an attribute's value is
+# `repeated bytes`: upb builds no AnyValue, and the list says how often the field occurred (the walk
+# refuses a value it reads that occurs twice). Every other field is unknown to upb, which skips it.
+_LEAN: dict[str, tuple[Any, tuple[tuple[str, str | None], ...]]] = {
+    "Request": (ExportTraceServiceRequest, (("resource_spans", "ResourceSpans"),)),
+    "ResourceSpans": (ResourceSpans, (("scope_spans", "ScopeSpans"),)),
+    "ScopeSpans": (ScopeSpans, (("spans", "Span"),)),
+    "Span": (Span, (("trace_id", None), ("span_id", None), ("parent_span_id", None), ("name", None),
+                    ("attributes", "KeyValue"), ("events", "Event"))),
+    "Event": (Span.Event, (("name", None), ("attributes", "KeyValue"))),
+    "KeyValue": (KeyValue, (("key", None), ("value", None))),
+}
+
+
+def _lean_request_class() -> Any:
+    """The lean `ExportTraceServiceRequest` class, built at start-up in a private descriptor pool.
+
+    Same field numbers and wire types as OTLP on the levels the index walks, so upb accepts and skips
+    what the wire walk accepts and skips (wrong wire types and groups become unknown fields; what upb
+    refuses beyond that, say a tag over 32 bits, goes to the wire walk)."""
+    file = descriptor_pb2.FileDescriptorProto(name="wt_otel/ingest/spanindex_lean.proto",
+                                              package="wt_otel.spanindex", syntax="proto2")
+    for name, (otlp, fields) in _LEAN.items():
+        message = file.message_type.add(name=name)
+        for field_name, type_name in fields:
+            real = otlp.DESCRIPTOR.fields_by_name[field_name]
+            # `is_repeated` since protobuf 6.31 (where `label` went away); `label` before
+            repeated = (real.is_repeated if hasattr(real, "is_repeated") else real.label == _FIELD.LABEL_REPEATED
+                        ) or (otlp is KeyValue and field_name == "value")
+            field = message.field.add(name=field_name, number=real.number,
+                                      label=_FIELD.LABEL_REPEATED if repeated else _FIELD.LABEL_OPTIONAL,
+                                      type=_FIELD.TYPE_MESSAGE if type_name else _FIELD.TYPE_BYTES)
+            if type_name:
+                field.type_name = f".wt_otel.spanindex.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("wt_otel.spanindex.Request"))
+
+
+_LeanRequest = _lean_request_class()
+
+
+def _lean_value(raws: Any) -> Any:
+    """A value read by the index, from the occurrences of KeyValue.value that upb kept."""
+    if len(raws) == 1:
+        raw = raws[0]
+        return _value(raw, 0, len(raw))
+    if raws:
+        raise SpanIndexError("an attribute read by the index has its value field more than once")
+    return None
+
+
+def _lean_key(key: bytes) -> str:
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        raise SpanIndexError("an attribute key is not valid UTF-8") from None
+
+
+def _lean_span(sp: Any) -> SpanEntry:
+    genai = False
+    wanted: dict[int, Any] | None = None
+    marks: dict[str, Any] | None = None
+    classes = _KEY_CLASSES
+    for kv in sp.attributes:
+        key = kv.key
+        cls = classes.get(key) or _classify(key)
+        if cls is _PLAIN:
+            continue
+        if cls[0]:
+            genai = True
+            if cls is _GENAI_ONLY:
+                continue
+        if cls[1] is not None:
+            if wanted is None:
+                wanted = {}
+            wanted[cls[1]] = kv.value
+        if cls[2]:
+            if marks is None:
+                marks = {}
+            marks[_lean_key(key)] = _lean_value(kv.value)
+    event_marks: list[tuple[str, Any]] | None = None
+    events = sp.events
+    if events:
+        for event in events:
+            own: dict[str, Any] = {}
+            for kv in event.attributes:
+                key = kv.key
+                if key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B):
+                    own[_lean_key(key)] = _lean_value(kv.value)
+            if own:
+                if event_marks is None:
+                    event_marks = []
+                event_marks.extend(own.items())
+            if not genai and event.name.startswith(_EVENT_PREFIX_B):
+                genai = True
+    values: dict[int, Any] = {}
+    if wanted is not None:
+        for slot, raws in sorted(wanted.items()) if len(wanted) > 1 else wanted.items():
+            values[slot] = _lean_value(raws)
+    return _entry(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, genai, values, marks, event_marks)
+
+
+def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
+    """The pure-Python fallback: upb parses the lean schema, Python reads the few fields; raises
+    `SpanIndexError`.
+
+    The wire walk (`scan_wire`) answers instead whenever upb refuses the bytes or a value read is bad:
+    it names the first problem in wire order, as the native scanner does, and accepts the few things
+    the index accepts but upb does not (tags over 32 bits, mismatched nested group numbers)."""
+    buf = body if type(body) is bytes else bytes(body)
+    try:
+        request = _LeanRequest.FromString(buf)
+    except DecodeError:
+        return scan_wire(buf)
+    try:
+        return [_lean_span(sp) for rs in request.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+    except SpanIndexError:
+        return scan_wire(buf)
 
 
 # --------------------------------------------------------------------------- the native scanner
