@@ -82,12 +82,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
-from wt_otel._util.journal import Journal
+from wt_otel._util.journal import Journal, encode_line
 from wt_otel.components import CompletedSession, IndexedSession, StageContext, StageType
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
 from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
@@ -214,7 +215,7 @@ class DataDirStore:
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
         self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
         self._indexed: set[str] = set()  # keys whose latest revision is kept by reference (its line: the index)
-        self._unindexed: list[dict[str, Any]] = []  # lines of sessions kept by reference, appended next tick
+        self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
         for e in index.entries:
             self._slugs[e["key"]] = e["slug"]
             self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
@@ -328,7 +329,7 @@ class DataDirStore:
         reference whose index line is not appended yet holds (-1: none): the log keeps it until written."""
         with self._lock:
             held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
-            lowest = [e["segment_pos"] for e in self._unindexed]
+            lowest = [e["segment_pos"] for e, _ in self._unindexed]
             return min([*lowest, *(p for spans in held for p in _positions(spans))], default=-1)
 
     # ------------------------------------------------------------------ sessions kept by reference
@@ -340,30 +341,36 @@ class DataDirStore:
         store renders every session (`render: all`), so build it."""
         if self.render_mode != "flagged":
             return False
+        refs = indexed.refs
+        by_pos: dict[int, list[int]] = {}
+        for ref in refs:
+            by_pos.setdefault(ref.segment_pos, []).append(ref.ordinal)
+        segments = [[pos, sorted(ordinals)] for pos, ordinals in by_pos.items()]
+        # which spans, by where they lie: the same after a restart replays them (positions do not move)
+        content = hashlib.sha256(repr(sorted(segments)).encode()).hexdigest()[:32]
+        lowest = min(by_pos)
         with self._lock:
-            content, lowest = _content(indexed.refs)
-            if content is not None and self._contents.get(indexed.key, (None, None))[0] == content and \
-                    max(_positions(indexed.refs), default=-1) < self.replayed_below:
+            key = indexed.key
+            if self._contents.get(key, (None, None))[0] == content and max(by_pos) < self.replayed_below:
                 self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
                 return True
-            key = indexed.key
-            slug = self._slugs.get(key)
-            if slug is None:
-                slug = self._slugs[key] = unique_slug(indexed.conversation_id or key, key, self._taken)
-            revision = self._revisions[key] = self._revisions.get(key, 0) + 1
-            segments: dict[int, list[int]] = {}
-            for ref in indexed.refs:
-                segments.setdefault(ref.segment_pos, []).append(ref.ordinal)
             conv = indexed.conversation_id  # the one string from the trace (ids are hex): made JSON-safe here
             conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
+            slug = self._slugs.get(key)
+            if slug is None:
+                slug = self._slugs[key] = unique_slug(conv or key, key, self._taken)
+            revision = self._revisions[key] = self._revisions.get(key, 0) + 1
             entry = {"v": 1, "key": key, "slug": slug, "revision": revision, "complete": indexed.complete,
                      "trace_ids": indexed.trace_ids, "conversation_id": conv, "service": None,
                      "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
-                     "redacted": False, "path": None, "files": [], "rendered": False,
-                     "segments": [[pos, sorted(ordinals)] for pos, ordinals in segments.items()],
-                     "spans": len(indexed.refs), "warnings": indexed.warnings, "written_at": utc_now_iso(),
+                     "redacted": False, "path": None, "files": [], "rendered": False, "segments": segments,
+                     "spans": len(refs), "warnings": indexed.warnings, "written_at": utc_now_iso(),
                      "content": content, "segment_pos": lowest}
-            self._unindexed.append(entry)
+            try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session
+                line = orjson.dumps(entry) + b"\n"
+            except TypeError:  # an integer past 64 bits, say
+                line = encode_line(entry)
+            self._unindexed.append((entry, line))
             return True
 
     def _indexed_session(self, key: str) -> Session:
@@ -847,7 +854,8 @@ class DataDirStore:
         entries = entry if isinstance(entry, list) else [entry]
         indexed, self._unindexed = self._unindexed, []
         try:  # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
-            self._index.append([*indexed, *(safejson.sanitize(e) for e in entries)])
+            self._index.append([*(line for _, line in indexed), *(encode_line(safejson.sanitize(e)) for e in entries)],
+                               encoded=True)
         except OSError:
             self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
             with contextlib.suppress(OSError), open(path, "r+b") as f:
@@ -861,14 +869,15 @@ class DataDirStore:
             return
         indexed, self._unindexed = self._unindexed, []
         try:
-            self._index.append(indexed)
+            self._index.append([line for _, line in indexed], encoded=True)
         except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
             self._unindexed = indexed + self._unindexed
             log.warning("cannot append %d index line(s) to %s (%s); retrying", len(indexed), INDEX, e)
             return
         self._indexed_appended(indexed)
 
-    def _indexed_appended(self, entries: list[dict[str, Any]]) -> None:
+    def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]]) -> None:
+        entries = [e for e, _ in lines]
         for e in entries:
             self._indexed.add(e["key"])
             self._raw.discard(e["key"])
