@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.support.livehelpers import tid, weather_session
 from tests.support.paths import PRODUCERS
 from wt_otel.cli import main
 from wt_otel.exporters.datadir import read_index
+from wt_otel.ingest import spanindex
 from wt_otel.ingest.dumps import LineError, read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.model.spans import LogRecord, SpanRecord
@@ -172,3 +174,23 @@ def test_a_custom_flag_rule_keeps_every_session_decoded(fast_dir: Path) -> None:
         assert "'vip'" in (server.stages.by_reference_blocker() or "")
     finally:
         server.stop()
+
+
+def test_a_request_the_index_accepts_but_protobuf_refuses_is_refused_not_kept(fast_dir: Path) -> None:
+    """Invalid UTF-8 in a string the span index skips (a span name): the request must not be acknowledged and
+    then be impossible to render; it is refused as malformed, as without the index."""
+    spans = weather_session(tid(10))
+    spans[1].name = "chat MARKER"
+    body = traces_request(spans).SerializeToString().replace(b"chat MARKER", b"chat \xff\xfeRKER")
+    assert len(spanindex.scan(body)) == len(spans)  # the index reads it: only the full parse says no
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"workers": 0})
+    server = Server(config, quiet=True, warn=lambda _m: None).start()
+    try:
+        assert server.http_url and server.pipeline is not None and server.pipeline.by_reference
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post(server.http_url, "/v1/traces", body)
+        assert refused.value.code == 400
+    finally:
+        server.stop()
+    assert read_index(fast_dir).entries == []

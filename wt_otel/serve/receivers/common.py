@@ -408,6 +408,10 @@ def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen 
     indexed = index_refs(body, screen)
     if indexed is None:
         return None
+    try:  # what the index does not read must decode too (UTF-8 in skipped strings...): acknowledged = renderable
+        ExportTraceServiceRequest.FromString(body)
+    except DecodeError:
+        return None  # decode() says what is wrong, as before
     refs, received = indexed
     metrics.inc("wt_otel_spans_received_total", received)
     if len(refs) < received:
