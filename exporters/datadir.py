@@ -182,7 +182,7 @@ class DataDirStore:
         self._jobs: OrderedDict[int, _Job] = OrderedDict()
         self._seq = 0
         self.on_committed: Callable[[CompletedSession, Written], None] | None = None  # the stage: later stages
-        self.on_indexed: Callable[[dict[str, Any]], None] | None = None  # the stage: say a kept session's line
+        self.on_indexed: Callable[[list[dict[str, Any]]], None] | None = None  # the stage: say kept sessions' lines
         self.root = Path(data_dir)
         self.sessions = self.root / SESSIONS
         self.metrics = metrics or Metrics()
@@ -882,8 +882,8 @@ class DataDirStore:
             self._indexed.add(e["key"])
             self._raw.discard(e["key"])
             self._contents[e["key"]] = (e["content"], e["segment_pos"])
-            if self.on_indexed is not None:
-                self.on_indexed(e)
+        if self.on_indexed is not None:
+            self.on_indexed(entries)
         if entries:
             self.metrics.inc("wt_otel_sessions_written_total", len(entries))
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total", len(entries))
@@ -954,10 +954,16 @@ class DataDirStage:
         if not ctx.quiet:
             store.on_indexed = self._announce_indexed
 
-    def _announce_indexed(self, entry: dict[str, Any]) -> None:
-        state = "complete" if entry["complete"] else "INCOMPLETE"
-        self.ctx.emit(f"wrote {entry['slug']} to the index only (revision {entry['revision']}, {state}, "
-                      f"{entry['spans']} spans kept by reference: wt-otel sessions render {entry['slug']})")
+    def _announce_indexed(self, entries: list[dict[str, Any]]) -> None:
+        """One line per batch (a tick's worth): at volume, a line per kept session would cost more than keeping it."""
+        if len(entries) == 1:
+            entry = entries[0]
+            state = "complete" if entry["complete"] else "INCOMPLETE"
+            self.ctx.emit(f"wrote {entry['slug']} to the index only (revision {entry['revision']}, {state}, "
+                          f"{entry['spans']} spans kept by reference: wt-otel sessions render {entry['slug']})")
+        elif entries:
+            self.ctx.emit(f"wrote {len(entries)} sessions to the index only ({sum(e['spans'] for e in entries)} spans "
+                          "kept by reference: wt-otel sessions render KEY|--all)")
 
     def on_session(self, done: CompletedSession) -> None:
         if self.store.pooled:  # a render worker writes it; `_committed` goes on once its index line is in
