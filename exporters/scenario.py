@@ -178,13 +178,13 @@ outcome = all_of({calls})
 def _code(text: Any) -> str:
     """Inline code span that no content can break out of."""
     s = str(text).replace("\n", " ").replace("\r", " ")
-    run = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    run = max((len(m) for m in re.findall(r"`+", s)), default=0) if "`" in s else 0
     fence = "`" * (run + 1)
     return f"{fence} {s} {fence}"
 
 
 def _block(text: str) -> str:
-    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0) if "`" in text else 0
     fence = "`" * max(3, run + 1)
     return f"{fence}text\n{text}\n{fence}"
 
