@@ -61,7 +61,12 @@ def operation(span: SpanRecord) -> str | None:
     return head if head in INFERENCE_OPERATIONS or head in ("execute_tool", "invoke_agent") else None
 
 
+_ANY_CONVERSATION_KEY = frozenset(CONVERSATION_KEYS)
+
+
 def conversation_id(attrs: dict[str, Any]) -> str | None:
+    if attrs.keys().isdisjoint(_ANY_CONVERSATION_KEY):  # most spans: not one lookup per known key
+        return None
     v = first(attrs, CONVERSATION_KEYS)
     return str(v) if v is not None else None
 
