@@ -374,6 +374,7 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
     for session in direct:
         write_direct(session)
     by_index = {g.index: g for g in groups}
+    out = os.fspath(sink.out)
     for r in ordered:
         if not strict:
             build_errors(r)
@@ -393,7 +394,12 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
             else:
                 dest = sink.out / slug
                 try:
-                    place_directory(Path(cast(str, item.staged)), dest, force=sink.force)
+                    staged = cast(str, item.staged)
+                    target = os.path.join(out, slug)
+                    if os.path.exists(target) or not os.path.isdir(out):  # replace (--force) or refuse, or re-make out
+                        place_directory(Path(staged), dest, force=sink.force)
+                    else:  # the common case, without place_directory's Path calls
+                        os.rename(staged, target)
                     report.written.append(dest)
                 except DirectoryExists as e:
                     report.errors.append(str(e))
