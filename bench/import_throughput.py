@@ -14,7 +14,10 @@ session (invoke_agent root, 4 chat spans with ~2 KB message attributes,
 It prints spans/s of each and the ratio (b)/(a), for two dump sizes, so the
 peak RSS can be compared: it should follow the largest session, not the dump.
 
-    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR] [--jobs N]
+    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR] [--jobs N] [--repeat 3]
+
+With --repeat N, (a) and (b) run N times each, alternately, and the medians are printed (the
+shared 2-core machines are noisy; one run can be off by a third).
 
 Scenario directories are written under --out-dir (default: a tmpfs, /dev/shm,
 when there is one): these machines share a noisy disk, and the figure of
@@ -28,6 +31,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -153,6 +157,7 @@ def main() -> None:
     ap.add_argument("--out-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the dump and scenario dirs go (default /dev/shm when present)")
     ap.add_argument("--jobs", type=int, default=None, help="wt-otel import --jobs (default: its own, the CPU count)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each, alternately; medians printed (default 1)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-", dir=args.out_dir))
     print(f"dump and output under {tmp}")
@@ -161,13 +166,19 @@ def main() -> None:
         for mult in (int(x) for x in args.sizes.split(",")):
             dump = tmp / f"dump-{mult}.pb"
             n = write_dump(dump, args.spans * mult)
-            base_s = baseline(dump)
-            imp_s, rss = run_import(dump, tmp / f"out-{mult}", args.jobs)
+            bases, imports, rss = [], [], 0
+            for _ in range(max(1, args.repeat)):
+                bases.append(baseline(dump))
+                imp_s, peak = run_import(dump, tmp / f"out-{mult}", args.jobs)
+                imports.append(imp_s)
+                rss = max(rss, peak)
+                shutil.rmtree(tmp / f"out-{mult}", ignore_errors=True)
+            base_s, imp_s = statistics.median(bases), statistics.median(imports)
             print(f"{n:>8} {n / base_s:>14,.0f} {n / imp_s:>12,.0f} {base_s / imp_s:>6.2f} {rss:>13} MiB",
                   flush=True)
-            shutil.rmtree(tmp / f"out-{mult}", ignore_errors=True)
             dump.unlink()
-        print(f"(bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB; "
+        print(f"(medians of {max(1, args.repeat)} run(s); "
+              f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB; "
               f"cpu count {os.cpu_count()}; import --jobs {args.jobs or 'default'})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,6 +9,7 @@ only ASCII JSON-escaped names, so no newline can escape a comment.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import re
 from typing import Any
@@ -55,13 +56,66 @@ class _Dumper(_SafeDumper):
         return super().represent_data(data)
 
 
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+class _NotPlain(Exception):
+    """A value beyond plain JSON types: the representer's own dispatch handles it."""
+
+
+def _node(data: Any, seen: dict[int, Any]) -> Any:
+    """The node `_Dumper`'s representer makes of plain JSON data (block style, keys in order, a list or
+    dict met twice is the same node: an alias), without its per-value dispatch."""
+    kind = type(data)
+    if kind is str:
+        return yaml.ScalarNode(_STR, data)
+    if kind is bool:
+        return yaml.ScalarNode(_BOOL, "true" if data else "false")
+    if kind is int:
+        return yaml.ScalarNode(_INT, str(data))
+    if data is None:
+        return yaml.ScalarNode(_NULL, "null")
+    if kind is dict or kind is list:
+        node = seen.get(id(data))
+        if node is not None:
+            return node
+        if kind is dict:
+            pairs: list[tuple[Any, Any]] = []
+            node = seen[id(data)] = yaml.MappingNode(_MAP, pairs, flow_style=False)
+            pairs.extend((_node(k, seen), _node(v, seen)) for k, v in data.items())
+        else:
+            items: list[Any] = []
+            node = seen[id(data)] = yaml.SequenceNode(_SEQ, items, flow_style=False)
+            items.extend(_node(v, seen) for v in data)
+        return node
+    raise _NotPlain
+
+
+def _dump(data: Any) -> str:
+    """`yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)`: the nodes made
+    here for plain data, then libyaml's serializer and emitter exactly as `yaml.dump` drives them."""
+    try:
+        node = _node(data, {})
+    except _NotPlain:
+        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    stream = io.StringIO()
+    dumper = _Dumper(stream, default_flow_style=False, width=100, allow_unicode=True, sort_keys=False)
+    try:
+        dumper.open()
+        dumper.serialize(node)
+        dumper.close()
+    finally:
+        dumper.dispose()
+    return stream.getvalue()
+
+
 def _yaml(data: dict[str, Any]) -> str:
     try:
-        return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+        return _dump(data).rstrip()
     except (UnicodeEncodeError, RecursionError, yaml.YAMLError):
         # trace text the emitter refuses (lone surrogates, deep nesting): the same values, kept as text
         clean = safejson.sanitize(data)
-        return yaml.dump(clean, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100).rstrip()
+        return _dump(clean).rstrip()
 
 
 @functools.cache
@@ -178,13 +232,13 @@ outcome = all_of({calls})
 def _code(text: Any) -> str:
     """Inline code span that no content can break out of."""
     s = str(text).replace("\n", " ").replace("\r", " ")
-    run = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    run = max((len(m) for m in re.findall(r"`+", s)), default=0) if "`" in s else 0
     fence = "`" * (run + 1)
     return f"{fence} {s} {fence}"
 
 
 def _block(text: str) -> str:
-    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0) if "`" in text else 0
     fence = "`" * max(3, run + 1)
     return f"{fence}text\n{text}\n{fence}"
 

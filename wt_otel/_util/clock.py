@@ -37,7 +37,8 @@ def iso_from_ns(ns: int | None) -> str | None:
     """An OTLP nanosecond timestamp as `iso()`; None for 0/None (OTLP's "unset")."""
     if not ns:
         return None
-    return iso(datetime.fromtimestamp(ns / 1e9, tz=UTC))
+    # iso() without its conversions: this moment is already UTC, so its isoformat ends in "+00:00"
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def parse_iso(text: str) -> datetime | None:

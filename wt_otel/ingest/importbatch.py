@@ -169,12 +169,26 @@ def stage(session: Session, settings: Settings, name: str, strict_warnings: int 
         path = os.path.join(settings.staging, name)
         os.mkdir(path)
         for file_name, data in files.items():  # file names are the sink's constants, never trace text
-            with open(os.path.join(path, file_name), "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data)
+            _write_file(os.path.join(path, file_name), data.encode() if isinstance(data, str) else data)
         item.staged = path
     except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
         item.error = f"session {session.key}: not written: {type(e).__name__}: {e}"
     return item
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A new file in the staging directory, with plain system calls: no buffered file object (half the
+    cost of `open()` for these few-KB files) and no fsync (import output can be made again)."""
+    fd = os.open(path, _CREATE, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _read(groups: list[Group], frames: dict[int, Frame], spill_path: str | None

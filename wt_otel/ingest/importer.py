@@ -152,6 +152,8 @@ def import_dumps(
         # that per session, as it always did
         return _import_serial(paths, writer, fmt, trace_ids, flagged_only, strict, progress, flag_rules)
     made_out = not sink.out.exists()
+    if jobs > 1 and _input_bytes(paths) >= EARLY_WORKERS_BYTES:
+        _start_forkserver(settings_module=type(writer).__module__)
     report = ImportReport()
     ready: list[Session] = []
     with DumpIndex() as index:
@@ -199,6 +201,43 @@ def import_dumps(
             if made_out and not any(sink.out.iterdir()):  # nothing written: no folder, as before
                 sink.out.rmdir()
     return report
+
+
+EARLY_WORKERS_BYTES = 2 * BATCH_BYTES  # inputs this large surely make several batches: start the workers' server early
+
+
+def _input_bytes(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _forkserver(writer_module: str) -> Any:
+    """The multiprocessing context pass 2's workers come from: forkserver, so no fork of this process
+    (its threads: the progress display); the server imports the pass-2 modules once, and the main
+    module (the `wt-otel` script) too, so every worker starts warm instead of importing them again."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["__main__", "wt_otel.ingest.importbatch", writer_module])
+    return context
+
+
+def _start_forkserver(settings_module: str) -> None:
+    """Start the server that forks pass 2's workers now, so that its imports (a few hundred ms)
+    overlap pass 1 instead of delaying the first batch. Only a large input does this: a small one
+    may make a single batch, run in this process, and then the server would be started for nothing."""
+    from multiprocessing import forkserver
+
+    _forkserver(settings_module)
+    try:
+        forkserver.ensure_running()
+    except OSError:  # pass 2 tries again, and reports what goes wrong then
+        return
 
 
 def _writable(out: Path) -> bool:
@@ -268,13 +307,9 @@ def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: i
         for batch in batches:
             collect(run_batch(batch, frames_of(batch), settings))
         return results
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    # forkserver: no fork of this process (its threads: the progress display); the server imports the
-    # pass-2 modules once, so every worker starts warm.
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["wt_otel.ingest.importbatch", type(settings.writer).__module__])
+    context = _forkserver(type(settings.writer).__module__)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(settings,)) as pool:
         futures = [pool.submit(run_batch_in_worker, batch, frames_of(batch)) for batch in batches]
         try:
@@ -339,6 +374,7 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
     for session in direct:
         write_direct(session)
     by_index = {g.index: g for g in groups}
+    out = os.fspath(sink.out)
     for r in ordered:
         if not strict:
             build_errors(r)
@@ -358,7 +394,12 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
             else:
                 dest = sink.out / slug
                 try:
-                    place_directory(Path(cast(str, item.staged)), dest, force=sink.force)
+                    staged = cast(str, item.staged)
+                    target = os.path.join(out, slug)
+                    if os.path.exists(target) or not os.path.isdir(out):  # replace (--force) or refuse, or re-make out
+                        place_directory(Path(staged), dest, force=sink.force)
+                    else:  # the common case, without place_directory's Path calls
+                        os.rename(staged, target)
                     report.written.append(dest)
                 except DirectoryExists as e:
                     report.errors.append(str(e))

@@ -548,31 +548,33 @@ def _canon(value: Any) -> bytes:
         return repr(value).encode()
 
 
-_recent: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
+_recent: OrderedDict[tuple[str, str], tuple[str, list[dict[str, Any]]]] = OrderedDict()  # -> (head, messages)
 _RECENT_SIZE = 64
-_heads: dict[str, str] = {}  # a remembered text without its closing "]", sliced once (not per comparison)
 _MIN_MEMO = 256  # shorter texts are cheaper to decode than to look up
 
 
 def _copy(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**m, "parts": [dict(p) for p in m["parts"]]} for m in messages]
+    return [{**m, "parts": [p.copy() for p in m["parts"]]} for m in messages]
 
 
 def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | None:
     """A JSON message list, decoding only what an earlier view did not already hold.
 
     Every chat span repeats the history, so its JSON text usually *starts with* a text seen on the
-    span before: `[m1, m2]` then `[m1, m2, m3]`. The memo keeps the last views' normalized messages;
+    span before: `[m1, m2]` then `[m1, m2, m3]`. The memo keeps the last views' normalized messages
+    (with each text's head, the text without its closing "]", sliced once, not per comparison);
     a text that extends one (same head, then `,`) decodes only its tail. None: not a JSON list."""
-    hit = _recent.get((default_role, text))
+    key = (default_role, text)
+    hit = _recent.get(key)
     if hit is not None:
-        _recent.move_to_end((default_role, text))
-        return _copy(hit)
+        _recent.move_to_end(key)
+        return _copy(hit[1])
     head: list[dict[str, Any]] = []
     tail = text
-    for (role, seen), messages in reversed(_recent.items()):
+    size = len(text)
+    for (role, seen), (seen_head, messages) in reversed(_recent.items()):
         n = len(seen)
-        if role == default_role and n < len(text) and text[n - 1] == "," and text.startswith(_heads[seen]):
+        if n < size and role == default_role and text[n - 1] == "," and text.startswith(seen_head):
             head, tail = messages, "[" + text[n:]
             break
     data, ok = decode_json(tail)
@@ -581,12 +583,9 @@ def _read_history_text(text: str, default_role: str) -> list[dict[str, Any]] | N
     if not isinstance(data, list):
         return None
     out = head + [m for item in _flatten(data) for m in _messages_from(item, default_role)]
-    _recent[(default_role, text)] = out
-    _heads[text] = text[:-1]
+    _recent[key] = (text[:-1], out)
     if len(_recent) > _RECENT_SIZE:
-        (_, gone), _ = _recent.popitem(last=False)
-        if not any(seen == gone for _, seen in _recent):
-            _heads.pop(gone, None)
+        _recent.popitem(last=False)
     return _copy(out)
 
 

@@ -202,9 +202,15 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     # what the model calls said and only add what no model call carried.
     spoke = any(c.input_messages or c.output_messages for c in inference)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        history = [m for m in call.input_messages + call.output_messages
-                   if m.get("role") != "system" and any(_sig(m)[1])]
-        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
+        history: list[dict[str, Any]] = []
+        hsigs: list[tuple] = []
+        for m in call.input_messages + call.output_messages:  # each message's signature, once
+            if m.get("role") != "system":
+                sig = _sig(m)
+                if any(sig[1]):
+                    history.append(m)
+                    hsigs.append(sig)
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke, hsigs=hsigs)
     session.messages = transcript
     for call in calls:
         if not session.system_instructions and call.system_instructions:
@@ -221,13 +227,14 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
 
 
 def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[dict[str, Any]],
-           extend_only: bool = False) -> None:
+           extend_only: bool = False, hsigs: list[tuple] | None = None) -> None:
     """Add a call's view of the history to the transcript without duplicating turns. With
     `extend_only` (an agent span's summary where model calls spoke) only a consistent continuation
     is taken: a partial view is the same evidence, never concatenated."""
     if len(transcript) >= MAX_TRANSCRIPT_MESSAGES:
         return
-    hsigs = [_sig(m) for m in history]
+    if hsigs is None:
+        hsigs = [_sig(m) for m in history]
     n, m = len(sigs), len(hsigs)
     if m == 0:
         return

@@ -42,3 +42,14 @@ def test_parse_round_trips_and_rejects_garbage() -> None:
 def test_compact_stamp_and_elapsed() -> None:
     assert re.fullmatch(r"\d{8}T\d{6}Z", compact_stamp())
     assert elapsed_ms(time.perf_counter()) >= 0
+
+
+def test_iso_from_ns_writes_what_iso_writes() -> None:
+    """iso_from_ns skips iso()'s conversions (the moment is UTC already): the same text for any timestamp."""
+    import random
+
+    rng = random.Random(7)
+    stamps = [1, 999_999, 1_000_000, 1_767_323_045_678_999_999, 253_402_300_799_999_999_999 // 1000]
+    stamps += [rng.randrange(1, 4_102_444_800 * 10**9) for _ in range(2000)]
+    for ns in stamps:
+        assert iso_from_ns(ns) == iso(datetime.fromtimestamp(ns / 1e9, tz=UTC)), ns

@@ -1,4 +1,4 @@
-"""scenario.yaml's dumper (plain scalars represented directly, the constant tail emitted once) writes
+"""scenario.yaml's dumper (plain data made into nodes directly, the constant tail emitted once) writes
 exactly what PyYAML's safe dumper writes."""
 
 from __future__ import annotations
@@ -19,12 +19,19 @@ data = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
 
 
 def _both(value):
+    """(PyYAML's safe dumper, ours): ours is `_Dumper` through `yaml.dump` and the nodes `scenario._dump`
+    builds itself, which must agree with each other first."""
     out = []
     for dumper in (getattr(yaml, "CSafeDumper", yaml.SafeDumper), scenario._Dumper):
         try:
             out.append(yaml.dump(value, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100))
         except Exception as e:  # noqa: BLE001 - both must refuse alike (lone surrogates...)
             out.append(type(e).__name__)
+    try:
+        direct = scenario._dump(value)
+    except Exception as e:  # noqa: BLE001 - and refuse alike
+        direct = type(e).__name__
+    assert direct == out[1]
     return out
 
 

@@ -206,3 +206,15 @@ def test_output_folder_problems_and_empty_inputs_match(tmp_path):
     new = import_dumps([dump], ScenarioDirWriter(tmp_path / "new"), jobs=2)
     assert new.why_none == ref.why_none and new.why_none and new.records == ref.records == 1
     assert not (tmp_path / "new").exists() and not (tmp_path / "ref").exists()
+
+
+def test_workers_started_before_pass_one_write_the_same(tmp_path, monkeypatch):
+    """A large input starts the workers' forkserver before pass 1 (its imports overlap the scan): the
+    files and the report are the single-process import's, and again with --force over them."""
+    import wt_otel.ingest.importer as importer
+
+    monkeypatch.setattr(importer, "EARLY_WORKERS_BYTES", 1)
+    paths = write_dump(tmp_path / "dump", sessions=40, seed=13)
+    same(reference(paths, tmp_path / "ref"), parallel(paths, tmp_path / "new", jobs=2, batch_sessions=7))
+    same(reference(paths, tmp_path / "ref", force=True),
+         parallel(paths, tmp_path / "new", force=True, jobs=2, batch_sessions=7))

@@ -202,3 +202,21 @@ def test_llamaindex_chat_message_reprs_with_enum_members():
     tool = ("ChatMessage(role=<MessageRole.TOOL: 'tool'>, additional_kwargs={'tool_call_id': 'c1'}, "
             "blocks=[TextBlock(block_type='text', text=\"{'ok': 1}\")])")
     assert _strip(read_messages([tool])) == [EXPECTED[2]]
+
+
+def test_finish_reasons_are_read_whether_the_key_is_escaped_or_not():
+    """fill_call decodes the output text a second time only when it can name a finish_reason: a key written
+    with a JSON escape still counts, a text that never names one reads as none."""
+    from wt_otel.ingest.dialects.semconv import fill_call
+    from wt_otel.model.session import LLMCall
+
+    def reasons(output: str) -> list[str]:
+        call = LLMCall(span_id="s", trace_id="t", dialect="semconv")
+        fill_call(call, {"gen_ai.input.messages": "[]", "gen_ai.output.messages": output})
+        return call.finish_reasons
+
+    plain = [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}], "finish_reason": "stop"}]
+    assert reasons(json.dumps(plain)) == ["stop"]
+    assert reasons(json.dumps(plain).replace("finish_reason", "finish\\u005freason")) == ["stop"]
+    assert reasons(json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "no reason"}]}])) == []
+    assert reasons(json.dumps([{**plain[0], "finish_reason": "len\\u0067th"}])) == ["len\\u0067th"]

@@ -212,3 +212,56 @@ def test_mcp_content_wrappers_are_unwrapped_in_witnessed_results(otlp_dump):
     sessions = sessions_of(otlp_dump(build))
     results = sorted((w.result for s in sessions for w in s.witnessed_calls), key=str)
     assert results == sorted([{"email": "a@b.example"}, "plain", {"email": "s@b.example"}], key=str)
+
+
+def _reference_transcript(calls):
+    """`_fill_from_calls`' transcript as it was written before each signature was computed once: the plain
+    path the fast one must equal."""
+    from wt_otel.ingest.sessions import _merge, _sig
+
+    transcript, sigs = [], []
+    spoke = any(c.input_messages or c.output_messages for c in calls if not c.is_transcript)
+    for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
+        history = [m for m in call.input_messages + call.output_messages
+                   if m.get("role") != "system" and any(_sig(m)[1])]
+        _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
+    return transcript
+
+
+def test_the_transcript_is_the_one_the_plain_merge_makes():
+    """Every producer fixture and the generated import dump: signatures computed once per message give the
+    transcript that computing them twice gave, message for message."""
+    import copy
+
+    from tests.support.importdump import write_dump
+    from tests.support.paths import PRODUCERS
+    from wt_otel.ingest import dialects
+    from wt_otel.ingest.sessions import _fill_from_calls, attach_logs
+    from wt_otel.model.session import LLMCall, Session
+
+    paths = sorted(p for p in PRODUCERS.glob("*/*") if p.name.startswith(("dump", "trace")) and p.parent.name[0] != "_")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        paths += write_dump(Path(tmp), sessions=60, seed=5)
+        compared = 0
+        for path in paths:
+            with SessionGrouper() as g:
+                g.add_all(r for r in read_dump(path) if not hasattr(r, "message"))
+                for group in g.groups():
+                    calls = [o for s in attach_logs(group) for o in dialects.observe(s) if isinstance(o, LLMCall)]
+                    session = Session(key="k")
+                    _fill_from_calls(session, copy.deepcopy(calls))
+                    assert session.messages == _reference_transcript(copy.deepcopy(calls)), path
+                    compared += bool(session.messages)
+    assert compared > 50
+
+
+def test_conversation_id_reads_what_the_key_by_key_lookup_reads():
+    from wt_otel.ingest.dialects.common import conversation_id, first
+    from wt_otel.ingest.keys import CONVERSATION_KEYS
+
+    samples = [{}, {"x": 1}, {"session.id": ""}, {"session.id": None, "thread.id": "t"}, {"gen_ai.conversation.id": 7},
+               {"thread.id": "a", "session.id": "b"}, dict.fromkeys(CONVERSATION_KEYS, ""), {"Session.Id": "no"}]
+    for attrs in samples:
+        v = first(attrs, CONVERSATION_KEYS)
+        assert conversation_id(attrs) == (str(v) if v is not None else None), attrs

@@ -30,6 +30,9 @@ _USAGE_KEYS = {
 }
 
 
+_ANY_SAMPLER_KEY = frozenset(k for keys in _SAMPLER_KEYS.values() for k in keys)
+
+
 def first(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for k in keys:
         v = attrs.get(k)
@@ -58,7 +61,12 @@ def operation(span: SpanRecord) -> str | None:
     return head if head in INFERENCE_OPERATIONS or head in ("execute_tool", "invoke_agent") else None
 
 
+_ANY_CONVERSATION_KEY = frozenset(CONVERSATION_KEYS)
+
+
 def conversation_id(attrs: dict[str, Any]) -> str | None:
+    if attrs.keys().isdisjoint(_ANY_CONVERSATION_KEY):  # most spans: not one lookup per known key
+        return None
     v = first(attrs, CONVERSATION_KEYS)
     return str(v) if v is not None else None
 
@@ -72,10 +80,11 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
     call.model = str(model) if model is not None else None
     provider = first(a, ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system"))
     call.provider = str(provider).lower() if provider is not None else None
-    for name, keys in _SAMPLER_KEYS.items():
-        v = first(a, keys)
-        if v is not None:
-            call.sampler[name] = v
+    if not a.keys().isdisjoint(_ANY_SAMPLER_KEY):  # most spans set none of them: no lookup per key
+        for name, keys in _SAMPLER_KEYS.items():
+            v = first(a, keys)
+            if v is not None:
+                call.sampler[name] = v
     params = a.get("llm.invocation_parameters")
     if isinstance(params, str):
         try:
@@ -99,7 +108,7 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
     if isinstance(stream, bool):
         call.stream = stream
     call.error_type, call.error_message = span_error(span)
-    call.ttfb_ms = first_token_ms(span)
+    call.ttfb_ms = first_token_ms(span) if span.events or not a.keys().isdisjoint(_TTFT_SECONDS) else None
     call.conversation_id = conversation_id(a)
     definitions = a.get("gen_ai.tool.definitions")
     if definitions is not None:

@@ -40,8 +40,12 @@ def extract(span: SpanRecord) -> list[Observation]:
 def fill_call(call: LLMCall, source: dict[str, Any]) -> None:
     """Fill messages, instructions and tool definitions from semconv-shaped attributes."""
     system, call.input_messages = split_system(read_messages(source.get("gen_ai.input.messages")))
-    call.output_messages = read_messages(source.get("gen_ai.output.messages"), "assistant")
-    for m in as_list(source.get("gen_ai.output.messages")) or []:
+    output = source.get("gen_ai.output.messages")
+    call.output_messages = read_messages(output, "assistant")
+    # JSON text without a backslash (no escapes) that never says finish_reason has none: not decoded again
+    if isinstance(output, str) and "finish_reason" not in output and "\\" not in output:
+        output = None
+    for m in as_list(output) or []:
         if isinstance(m, dict) and m.get("finish_reason"):
             call.finish_reasons.append(str(m["finish_reason"]))
     instructions = source.get("gen_ai.system_instructions")
