@@ -44,16 +44,22 @@ class _Dumper(_SafeDumper):
     (the representer, not libyaml's emitter, was most of the cost): the same nodes, so the same bytes."""
 
     def represent_data(self, data: Any) -> Any:
-        kind = type(data)
-        if kind is str:
-            return yaml.ScalarNode(_STR, data)
-        if kind is bool:
-            return yaml.ScalarNode(_BOOL, "true" if data else "false")
-        if kind is int:
-            return yaml.ScalarNode(_INT, str(data))
-        if data is None:
-            return yaml.ScalarNode(_NULL, "null")
-        return super().represent_data(data)
+        node = _scalar(data)
+        return node if node is not None else super().represent_data(data)
+
+
+def _scalar(data: Any) -> Any:
+    """The node of a plain JSON scalar (str, bool, int, None), as the safe representer makes it; None otherwise."""
+    kind = type(data)
+    if kind is str:
+        return yaml.ScalarNode(_STR, data)
+    if kind is bool:
+        return yaml.ScalarNode(_BOOL, "true" if data else "false")
+    if kind is int:
+        return yaml.ScalarNode(_INT, str(data))
+    if data is None:
+        return yaml.ScalarNode(_NULL, "null")
+    return None
 
 
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
@@ -66,15 +72,10 @@ class _NotPlain(Exception):
 def _node(data: Any, seen: dict[int, Any]) -> Any:
     """The node `_Dumper`'s representer makes of plain JSON data (block style, keys in order, a list or
     dict met twice is the same node: an alias), without its per-value dispatch."""
+    scalar = _scalar(data)
+    if scalar is not None:
+        return scalar
     kind = type(data)
-    if kind is str:
-        return yaml.ScalarNode(_STR, data)
-    if kind is bool:
-        return yaml.ScalarNode(_BOOL, "true" if data else "false")
-    if kind is int:
-        return yaml.ScalarNode(_INT, str(data))
-    if data is None:
-        return yaml.ScalarNode(_NULL, "null")
     if kind is dict or kind is list:
         node = seen.get(id(data))
         if node is not None:
