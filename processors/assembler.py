@@ -410,7 +410,7 @@ class SessionAssembler:
             else:
                 session.complete = complete and group.continuation_of is None
                 session.warnings.extend(self._warnings(group))
-                self._report(session)
+                self.report(session)
                 self.sink(session, spans)
                 if self._emitted is not None:
                     self._emitted.add(group.key)
@@ -441,7 +441,7 @@ class SessionAssembler:
         decoded = iter(self.decode_refs(refs))
         return [next(decoded) if isinstance(r, SpanRef) else r for r in held]
 
-    def _report(self, session: Session) -> None:
+    def report(self, session: Session) -> None:
         """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
         for d in fresh_diagnostics(session, self._warned):
             log.warning("session %s: %s", session.key, d["message"])

@@ -30,6 +30,7 @@ from typing import Any
 
 from wt_otel.components import (
     CompletedSession,
+    IndexedSession,
     PluginError,
     StageContext,
     check_plugin,
@@ -38,6 +39,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.ingest.flags import FEEDBACK_KEYS
 from wt_otel.ingest.keys import FLAG_KEYS
+from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig
@@ -66,6 +68,8 @@ class SessionPipeline:
     queue: Pipeline | None = None
     no_content_services: set[str] = field(default_factory=set)
     admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
+    probe_every: int = 1000  # of the sessions kept by reference, the first and then one in this many are built too
+    kept: int = field(default=0, init=False)
 
     @property
     def store(self) -> Any:
@@ -166,6 +170,26 @@ class SessionPipeline:
             self.context.warn(f"data dir cannot be written ({reason}): refusing exports until it can")
         else:
             log.info("data dir writable again: accepting exports")
+
+    def keep_by_reference(self, indexed: IndexedSession) -> bool:
+        """The assembler's hook for a completed session of refs only with no flag key: the store indexes it.
+
+        What only a built session shows (content capture off, the importer's diagnostics) is still said: the
+        first kept session, then one in `probe_every`, is also decoded and built, not rendered."""
+        if self.kept % self.probe_every == 0:
+            self._probe(indexed)
+        self.kept += 1
+        return bool(self.store.keep_indexed(indexed))
+
+    def _probe(self, indexed: IndexedSession) -> None:
+        try:
+            session = build_session(attach_logs(self.assembler.decode_refs(indexed.refs)), key=indexed.key)
+        except Exception:  # a probe must cost nothing but its log line
+            log.exception("session %s: built to check its content, and failed", indexed.key)
+            return
+        if session is not None:
+            self.assembler.report(session)
+            self._say_if_no_content(session)
 
     def by_reference_blocker(self) -> str | None:
         """Why unflagged sessions cannot be kept by reference into the segment log (None: they can).
@@ -423,7 +447,7 @@ class Server:
         assembler.decode_refs = functools.partial(spans_of, segments.dir)
         blocker = self.stages.by_reference_blocker()
         if blocker is None:
-            assembler.keep_by_reference = store.keep_indexed
+            assembler.keep_by_reference = self.stages.keep_by_reference
             segments.retain_age, segments.retain_bytes = dur.retain_age, dur.retain_bytes
             queue.by_reference = True
             log.info("unflagged sessions are kept by reference into the segment log (datadir.render: flagged)")

@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.livehelpers import tid, weather_session
 from tests.support.paths import PRODUCERS
@@ -194,3 +199,39 @@ def test_a_request_the_index_accepts_but_protobuf_refuses_is_refused_not_kept(fa
     finally:
         server.stop()
     assert read_index(fast_dir).entries == []
+
+
+def no_content_traces(service: str, n: int) -> bytes:
+    """`n` agent runs as the official openai-v2 instrumentation emits them by default (no message content),
+    encoded by the OTLP exporter's own encoder."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("opentelemetry.instrumentation.openai_v2")
+    agent = {"gen_ai.operation.name": "invoke_agent"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.input_tokens": 12}
+    for _ in range(n):
+        with tracer.start_as_current_span("invoke_agent order-bot", attributes=agent), \
+                tracer.start_as_current_span("chat gpt-4o-mini", attributes=chat):
+            pass
+    provider.shutdown()
+    return encode_spans(exporter.get_finished_spans()).SerializeToString()
+
+
+def test_content_capture_off_is_still_said_when_sessions_are_kept_by_reference(fast_dir: Path) -> None:
+    """Kept sessions are never built, but the first one is probed: a service recording no content is told once."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"workers": 0})
+    warnings: list[str] = []
+    server = Server(config, quiet=True, warn=warnings.append).start()
+    try:
+        assert server.http_url and server.pipeline is not None and server.pipeline.by_reference
+        assert post(server.http_url, "/v1/traces", no_content_traces("order-bot", 3)) == 200
+    finally:
+        server.stop()
+    assert all(e["rendered"] is False for e in read_index(fast_dir).entries)  # kept, not rendered
+    assert len(read_index(fast_dir).entries) == 3
+    said = [w for w in warnings if "records no message content" in w]
+    assert len(said) == 1 and "order-bot" in said[0], warnings
+    assert server.metrics.get("wt_otel_sessions_without_content_total", service="order-bot") == 1  # probed: one
