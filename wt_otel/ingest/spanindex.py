@@ -96,6 +96,10 @@ class SpanEntry(NamedTuple):
 
 # --------------------------------------------------------------------------- the tables, as bytes
 
+MARK_KEYS = frozenset({*FLAG_KEYS, *FEEDBACK_KEYS})
+"""The keys (fnmatch patterns, as the default flag rules write them) whose attributes become `SpanEntry.marks`."""
+
+
 def _mark_tables() -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
     """FLAG_KEYS and FEEDBACK_KEYS (fnmatch patterns) as exact keys and key prefixes."""
     exact, prefixes = list(FLAG_KEYS), []

@@ -37,11 +37,9 @@ from wt_otel.components import (
 )
 from wt_otel.ingest import spanindex
 from wt_otel.ingest.capture import capture_hint
-from wt_otel.ingest.flags import FEEDBACK_KEYS
-from wt_otel.ingest.keys import FLAG_KEYS
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import SpanRecord
+from wt_otel.model.spans import Record, SpanRecord, SpanRef
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig
 from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
@@ -50,7 +48,6 @@ from wt_otel.serve.pipeline import Pipeline
 log = logging.getLogger("wt_otel.serve.server")
 
 _BY_REFERENCE_STAGES = frozenset({"flagger", "datadir", "auto-replay"})  # need nothing of an unflagged session
-_MARK_KEYS = frozenset({*FLAG_KEYS, *FEEDBACK_KEYS})  # the keys the span index reports (SpanRef.marks)
 
 __all__ = ["ServeStartError", "Server", "SessionPipeline", "StageConfigError", "build_pipeline", "stage_plan"]
 
@@ -213,7 +210,7 @@ class SessionPipeline:
                 continue
             for rule in rules.rules:
                 r = rule.rule
-                if r.kind != "attribute" or not set(r.keys) <= _MARK_KEYS:
+                if r.kind != "attribute" or not set(r.keys) <= spanindex.MARK_KEYS:
                     return f"flag rule {r.name!r} looks at more than the span index reports"
         head = getattr(self, "head", None)
         if not callable(getattr(head, "keep_indexed", None)) or spanindex.implementation() == "off":
@@ -476,13 +473,15 @@ class Server:
         try:
             for signal, pos, data in segments.replay():
                 indexed = index_refs(data, screen, pos) if screen is not None and signal == "traces" else None
-                try:
-                    decoded = decode(Signal(signal), data, Encoding.PROTOBUF) if indexed is None else None
-                except MalformedRequest as exc:
-                    bad += 1
-                    log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
-                    continue
-                kept = indexed[0] if indexed is not None else decoded.records if decoded is not None else []
+                if indexed is not None:
+                    kept: Sequence[Record | SpanRef] = indexed[0]
+                else:
+                    try:
+                        kept = decode(Signal(signal), data, Encoding.PROTOBUF).records
+                    except MalformedRequest as exc:
+                        bad += 1
+                        log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
+                        continue
                 if not kept:
                     continue
                 for record in kept:

@@ -130,6 +130,17 @@ def test_a_session_whose_segment_is_gone_says_so(fast_dir: Path) -> None:
     assert read_index(fast_dir).latest()[tid(5)]["rendered"] is False  # nothing else changed
 
 
+def test_a_session_whose_segment_entry_is_cut_short_says_so(fast_dir: Path) -> None:
+    """A damaged segment (cut inside the entry a kept session points into): said, exit 1, nothing changed."""
+    serve(fast_dir, weather_session(tid(11)))
+    [segment] = (fast_dir / "segments").glob("*.traces.pb")
+    segment.write_bytes(segment.read_bytes()[:-9])
+    res = CliRunner().invoke(main, ["sessions", "render", "--all", "--data-dir", str(fast_dir)])
+    assert res.exit_code == 1
+    assert "ends inside the entry" in res.output, res.output
+    assert read_index(fast_dir).latest()[tid(11)]["rendered"] is False
+
+
 def test_without_retention_segments_go_once_written(fast_dir: Path) -> None:
     """retain_age 0: a generation goes once nothing needs it (no open session, no late-span window)."""
     serve(fast_dir, weather_session(tid(6)), late_window=0, retain_age=0)

@@ -432,15 +432,11 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
         entries = spanindex.scan(body)
     except SpanIndexError:
         return None
+    if any(_entry_problem(e) for e in entries):
+        return None  # decode() rejects those spans, with its messages
     keep = screen.keep_indexed(entries)
-    refs = []
-    for n, (trace_id, span_id, parent, _genai, conv, op, marks) in enumerate(entries):  # per span: kept lean
-        if len(trace_id) != 32 or len(span_id) != 16 or trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID \
-                or (parent is not None and len(parent) != 16):
-            return None  # as `_entry_problem`: decode() rejects it, with its message
-        if keep is None or keep[n]:
-            refs.append(SpanRef(trace_id, span_id, parent, conv, op, marks, pos, n))
-    return refs, len(entries)
+    return [SpanRef(e.trace_id, e.span_id, e.parent_span_id, e.conversation, e.operation, e.marks, pos, n)
+            for n, e in enumerate(entries) if keep is None or keep[n]], len(entries)
 
 
 def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRef], pipeline: Pipeline,
