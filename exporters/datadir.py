@@ -95,7 +95,7 @@ from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, Re
 from wt_otel.exporters.scenario_dir import render
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import SpanRecord, SpanRef
+from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.datadir")
@@ -341,10 +341,9 @@ class DataDirStore:
         store renders every session (`render: all`), so build it."""
         if self.render_mode != "flagged":
             return False
-        refs = indexed.refs
         by_pos: dict[int, list[int]] = {}
-        for ref in refs:
-            by_pos.setdefault(ref.segment_pos, []).append(ref.ordinal)
+        for ref in indexed.refs:
+            by_pos.setdefault(ref.segment_pos, []).extend(ref.ordinals)
         segments = [[pos, sorted(ordinals)] for pos, ordinals in by_pos.items()]
         # which spans, by where they lie: the same after a restart replays them (positions do not move)
         content = hashlib.sha256(repr(sorted(segments)).encode()).hexdigest()[:32]
@@ -364,7 +363,7 @@ class DataDirStore:
                      "trace_ids": indexed.trace_ids, "conversation_id": conv, "service": None,
                      "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
                      "redacted": False, "path": None, "files": [], "rendered": False, "segments": segments,
-                     "spans": len(refs), "warnings": indexed.warnings, "written_at": utc_now_iso(),
+                     "spans": indexed.spans, "warnings": indexed.warnings, "written_at": utc_now_iso(),
                      "content": content, "segment_pos": lowest}
             try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session
                 line = orjson.dumps(entry) + b"\n"
@@ -379,9 +378,9 @@ class DataDirStore:
         from wt_otel.serve.segments import spans_of
 
         entry = next((e for e in reversed(read_index(self.root).entries) if e["key"] == key), {})
-        refs = [SpanRef("", "", None, None, None, (), int(pos), int(n))
-                for pos, ordinals in entry.get("segments") or [] for n in ordinals]
         try:
+            refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
+                    for pos, ordinals in entry.get("segments") or []]
             spans = spans_of(self.root / SEGMENT_DIR, refs)
         except (ValueError, TypeError) as e:
             raise ValueError(f"session {entry['slug']}: cannot read its spans back from the segment log: {e}") from None

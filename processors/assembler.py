@@ -59,7 +59,7 @@ from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRef
+from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRefs
 from wt_otel.serve.config import AssemblerConfig
 from wt_otel.serve.metrics import Metrics
 
@@ -68,7 +68,7 @@ log = logging.getLogger("wt_otel.assembler")
 SessionSink = Callable[[Session, list[SpanRecord]], None]
 """Receives each completed session and its spans (log records attached as events)."""
 
-Held = Record | SpanRef  # what a group holds: decoded records, or spans kept by reference (serve's segment log)
+Held = Record | SpanRefs  # what a group holds: decoded records, or spans kept by reference (serve's segment log)
 
 
 @dataclass(slots=True)
@@ -87,6 +87,7 @@ class _Group:
     absorbed: list[str] = field(default_factory=list)
     retained_at: float = 0.0
     nbytes: int = 0  # estimated bytes of `records`
+    count: int = 0  # spans and log records in `records` (a SpanRefs holds several)
     min_pos: int = -1  # lowest segment-log position of `records` (-1: none logged): pins the log's checkpoint
 
     @property
@@ -97,10 +98,18 @@ class _Group:
         return self.records
 
 
-def _is_agent_root(span: SpanRecord | SpanRef) -> bool:
-    if span.parent_span_id:
-        return False
-    return (span.operation if isinstance(span, SpanRef) else operation(span)) not in INFERENCE_OPERATIONS
+def _take(run: list[Held], n: int) -> tuple[list[Held], list[Held]]:
+    """The first `n` spans and log records of `run`, and the rest (a `SpanRefs` is split where it must be)."""
+    taken = 0
+    for i, record in enumerate(run):
+        size = len(record.ordinals) if isinstance(record, SpanRefs) else 1
+        if taken + size > n:
+            if not isinstance(record, SpanRefs) or taken == n:
+                return run[:i], run[i:]
+            head, tail = record.split(n - taken)
+            return [*run[:i], head], [tail, *run[i + 1:]]
+        taken += size
+    return run, []
 
 
 def _copy(record: Record) -> Record:
@@ -141,8 +150,11 @@ class SessionAssembler:
         self._by_conv: dict[str, str] = {}
         self._counter = 0
         # the writer's speed, measured in tick(); until then a prior slower than measured on a loaded 2-core
-        # machine (3-8 ms), so the first burst, before any session is due, cannot queue a minute of writing
+        # machine, so the first burst, before any session is due, cannot queue a minute of writing: 3-8 ms
+        # to build and render a session; 50-100 µs to keep one by reference (`keep_by_reference`), whose
+        # prior must not refuse the first seconds of a burst that is written faster than it arrives
         self._seconds_per_session = 0.010
+        self._seconds_per_kept_session = 0.0002
         self._speed_measured = False
         # durable ingest (wt_otel.serve.segments), set by serve: records below `replay_below` are being replayed;
         # a written key whose records are all in the replay (`resumable`) is rebuilt under its own key, so the
@@ -150,10 +162,10 @@ class SessionAssembler:
         self.replay_below = -1
         self.resumable: Callable[[str], bool] = lambda key: False
         self.close_deadline: float | None = None  # time.monotonic() by which close() stops writing open sessions
-        # serve with its segment log: `decode_refs` reads `SpanRef`s back as SpanRecords (same order); with
+        # serve with its segment log: `decode_refs` reads `SpanRefs` back as SpanRecords (same order); with
         # `keep_by_reference` set, a completed group of refs only, none with a flag or feedback key, goes there
         # instead of being built (True: kept; False: build it after all)
-        self.decode_refs: Callable[[list[SpanRef]], list[SpanRecord]] | None = None
+        self.decode_refs: Callable[[list[SpanRefs]], list[SpanRecord]] | None = None
         self.keep_by_reference: Callable[[IndexedSession], bool] | None = None
 
     @classmethod
@@ -178,7 +190,7 @@ class SessionAssembler:
                 if not trace_id:
                     self.metrics.inc("wt_otel_records_dropped_total", reason="no_trace_id")
                     continue
-                conv = record.conversation if isinstance(record, SpanRef) else conversation_id(record.attributes)
+                conv = record.conversation if isinstance(record, SpanRefs) else conversation_id(record.attributes)
                 run = runs.get((trace_id, conv))
                 if run is None:
                     runs[(trace_id, conv)] = [record]
@@ -246,7 +258,10 @@ class SessionAssembler:
         """Seconds of writing behind: the sessions whose root has ended (due within `grace`) at the measured
         seconds per session, less the `grace` they wait anyway. Lock-free: admission control reads it for
         every request, before decoding, to see that the writer is behind."""
-        return max(0.0, len(self._root_ended) * self._seconds_per_session - self.grace)
+        per_session = self._seconds_per_session
+        if not self._speed_measured and self.keep_by_reference is not None:
+            per_session = self._seconds_per_kept_session
+        return max(0.0, len(self._root_ended) * per_session - self.grace)
 
     def _measured(self, seconds_per_session: float) -> None:
         if not self._speed_measured:
@@ -276,10 +291,9 @@ class SessionAssembler:
             for other in live:
                 if other is not group:
                     self._merge(group, other)
-        room = max(1, self.max_records_per_session - len(group.held))
-        run, rest = run[:room], run[room:]
+        run, rest = _take(run, max(1, self.max_records_per_session - group.count))
         self._attach(group, run, trace_id, conv, now)
-        if len(group.held) >= self.max_records_per_session:
+        if group.count >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
         self._enforce_bytes(now)
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
@@ -302,9 +316,9 @@ class SessionAssembler:
                 self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
 
     def _tombstone(self, group: _Group) -> None:
-        self._retained_records -= len(group.held)
+        self._retained_records -= group.count
         self._retained_bytes -= group.nbytes
-        group.records, group.nbytes = None, 0
+        group.records, group.nbytes, group.count = None, 0, 0
 
     def _start(self, base: str, now: float, continuation: bool = False, replayed: bool = False) -> _Group:
         key, n = base, 1
@@ -328,7 +342,7 @@ class SessionAssembler:
             return None
         del self._retained[key]
         del self._holding[key]
-        self._retained_records -= len(group.records)
+        self._retained_records -= group.count
         self._retained_bytes -= group.nbytes
         self._open_bytes += group.nbytes
         group.retained_at = 0.0
@@ -345,6 +359,7 @@ class SessionAssembler:
         self._root_ended.discard(other.key)
         into.held.extend(other.held)
         into.nbytes += other.nbytes
+        into.count += other.count
         into.traces |= other.traces
         into.convs |= other.convs
         into.roots |= other.roots
@@ -368,9 +383,15 @@ class SessionAssembler:
             group.min_pos = pos
         size = sum(map(record_bytes, run))
         for record in run:
-            if not isinstance(record, LogRecord) and not record.parent_span_id:
+            if isinstance(record, SpanRefs):
+                group.count += len(record.ordinals)
+                operations = [op for _, op in record.roots]
+            else:
+                group.count += 1
+                operations = [] if isinstance(record, LogRecord) or record.parent_span_id else [operation(record)]
+            if operations:
                 group.roots.add(trace_id)
-                if _is_agent_root(record):
+                if any(op not in INFERENCE_OPERATIONS for op in operations):  # an agent root: the session ends
                     group.root_ended = True
                     self._root_ended.add(group.key)
         group.nbytes += size
@@ -394,7 +415,7 @@ class SessionAssembler:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
         held = group.held
         try:
-            if self.keep_by_reference is not None and all(isinstance(r, SpanRef) and not r.marks for r in held):
+            if self.keep_by_reference is not None and all(isinstance(r, SpanRefs) and not r.marks for r in held):
                 indexed = IndexedSession(group.key, list(held), complete and group.continuation_of is None,  # type: ignore[arg-type]
                                          self._warnings(group))
                 if self.keep_by_reference(indexed):
@@ -432,14 +453,20 @@ class SessionAssembler:
         return said
 
     def _decoded(self, held: list[Held]) -> list[Record]:
-        """The group's records with its `SpanRef`s decoded from the segment log (`decode_refs`), in order."""
-        refs = [r for r in held if isinstance(r, SpanRef)]
+        """The group's records with its `SpanRefs` decoded from the segment log (`decode_refs`), in order."""
+        refs = [r for r in held if isinstance(r, SpanRefs)]
         if not refs:
             return held  # type: ignore[return-value]
         if self.decode_refs is None:
             raise RuntimeError("spans kept by reference but no segment log to decode them from")
         decoded = iter(self.decode_refs(refs))
-        return [next(decoded) if isinstance(r, SpanRef) else r for r in held]
+        records: list[Record] = []
+        for r in held:
+            if isinstance(r, SpanRefs):
+                records.extend(next(decoded) for _ in r.ordinals)
+            else:
+                records.append(r)
+        return records
 
     def report(self, session: Session) -> None:
         """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
@@ -449,12 +476,12 @@ class SessionAssembler:
 
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:
-            group.records, group.nbytes = None, 0
+            group.records, group.nbytes, group.count = None, 0, 0
         group.retained_at = now
         self._retained[group.key] = group
         if group.records is not None:
             self._holding[group.key] = None
-            self._retained_records += len(group.records)
+            self._retained_records += group.count
             self._retained_bytes += group.nbytes
         while self._retained_records > self.max_retained_records or (
                 self._holding and self._open_bytes + self._retained_bytes > self.max_held_bytes):
@@ -467,7 +494,7 @@ class SessionAssembler:
     def _forget(self, key: str) -> None:
         group = self._retained.pop(key)
         self._holding.pop(key, None)
-        self._retained_records -= len(group.records or ())
+        self._retained_records -= group.count
         self._retained_bytes -= group.nbytes
         for t in group.traces:
             if self._by_trace.get(t) == key:

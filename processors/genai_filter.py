@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
 from wt_otel.ingest.spanindex import SpanEntry
-from wt_otel.model.spans import LogRecord, Record, SpanRef
+from wt_otel.model.spans import LogRecord, Record, SpanRefs
 from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Consumer
@@ -88,18 +88,18 @@ class GenAIFilter:
         if len(known) > self.max_known_traces:
             known.popitem(last=False)
 
-    def filter(self, records: Sequence[Record | SpanRef]) -> list[Record | SpanRef]:
-        """The records to keep; two passes so order inside a batch does not matter. `SpanRef`s were
+    def filter(self, records: Sequence[Record | SpanRefs]) -> list[Record | SpanRefs]:
+        """The records to keep; two passes so order inside a batch does not matter. `SpanRefs` were
         screened at receive time (`keep_indexed`): they are kept."""
         if not self.enabled:
             return list(records)
         with self._lock:
             for r in records:
-                if not isinstance(r, SpanRef) and r.trace_id and is_genai(r):
+                if not isinstance(r, SpanRefs) and r.trace_id and is_genai(r):
                     self._remember(r.trace_id)
             known = self._known
             kept = [r for r in records
-                    if isinstance(r, SpanRef) or (r.trace_id in known if r.trace_id else is_genai(r))]
+                    if isinstance(r, SpanRefs) or (r.trace_id in known if r.trace_id else is_genai(r))]
         dropped = len(records) - len(kept)
         if dropped:
             self.metrics.inc("wt_otel_records_dropped_total", dropped, reason="not_genai")
@@ -127,7 +127,7 @@ class GenAIFilter:
                 if r.trace_id and is_genai(r):
                     self._remember(r.trace_id)
 
-    def consume(self, records: Sequence[Record | SpanRef], now: float) -> None:
+    def consume(self, records: Sequence[Record | SpanRefs], now: float) -> None:
         kept = self.filter(records)
         if kept:
             self.next.consume(kept, now)

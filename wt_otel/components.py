@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from wt_otel.contracts.inject import SurfaceProbe, TurnResult
 from wt_otel.model.session import Session
-from wt_otel.model.spans import Record, SpanRecord, SpanRef
+from wt_otel.model.spans import Record, SpanRecord, SpanRefs
 
 __all__ = [
     "KINDS",
@@ -96,14 +96,14 @@ class CompletedSession:
 
 @dataclass(slots=True)
 class IndexedSession:
-    """A completed session revision kept by reference, not built: its spans are `SpanRef`s into serve's
+    """A completed session revision kept by reference, not built: its spans are `SpanRefs` into serve's
     segment log, none carries a flag or feedback key, and the store indexes it (rendered on demand).
 
     Only serve makes these, and only when every session stage is one that needs nothing of an unflagged
     session but its index line (`SessionPipeline.keeps_by_reference`)."""
 
     key: str
-    refs: list[SpanRef]
+    refs: list[SpanRefs]
     complete: bool
     warnings: list[str] = field(default_factory=list)  # what the assembler says of it (continuation, merge)
 
@@ -114,6 +114,10 @@ class IndexedSession:
     @property
     def conversation_id(self) -> str | None:
         return next((r.conversation for r in self.refs if r.conversation), None)
+
+    @property
+    def spans(self) -> int:
+        return sum(len(r.ordinals) for r in self.refs)
 
 
 @runtime_checkable

@@ -43,13 +43,14 @@ def _attrs_bytes(attrs: dict[str, Any]) -> int:
     return total
 
 
-_REF = 360  # a SpanRef: its slots and four id/conversation strings, measured with sys.getsizeof
+_REFS, _ORDINAL = 240, 40  # a SpanRefs: its slots, trace id and lists; per span an ordinal and its list slot
 
 
 def record_bytes(record: Any) -> int:
-    """Estimated bytes held by one SpanRecord, LogRecord or SpanRef (duck-typed: any of their fields)."""
-    if hasattr(record, "ordinal"):  # a SpanRef (wt_otel.model.spans): ids, not attributes
-        return _REF + (value_bytes(record.marks) if record.marks else 0) + len(record.conversation or "")
+    """Estimated bytes held by one SpanRecord, LogRecord or SpanRefs (duck-typed: any of their fields)."""
+    if hasattr(record, "ordinals"):  # a SpanRefs (wt_otel.model.spans): ids and positions, not attributes
+        return (_REFS + _ORDINAL * len(record.ordinals) + 64 * len(record.roots) + len(record.conversation or "")
+                + (value_bytes(record.marks) if record.marks else 0))
     total = _RECORD + len(getattr(record, "name", "") or "") + len(getattr(record, "status_message", "") or "")
     total += _attrs_bytes(getattr(record, "attributes", None) or {})
     for event in getattr(record, "events", None) or ():

@@ -9,6 +9,7 @@ array -> list, bytes -> bytes, int64 -> int.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,19 +87,32 @@ Record = SpanRecord | LogRecord
 
 
 @dataclass(slots=True)
-class SpanRef:
-    """A span serve keeps by reference: what grouping needs, read by the span index without decoding
-    (`wt_otel.ingest.spanindex`), and where its bytes are: span number `ordinal` (wire order) of the
-    request at `segment_pos` in serve's segment log.
+class SpanRefs:
+    """Spans serve keeps by reference: those of one trace and conversation id in one request, as the span
+    index read them without decoding (`wt_otel.ingest.spanindex`), and where their bytes are: span numbers
+    `ordinals` (wire order) of the request at `segment_pos` in serve's segment log.
 
-    Decoding every span into a `SpanRecord` on arrival was most of serve's cost; a session whose spans
-    are all refs and carry no flag or feedback key is indexed, not decoded (rendered on demand)."""
+    Decoding every span into a `SpanRecord` on arrival was most of serve's cost; a session whose spans are
+    all refs and carry no flag or feedback key is indexed, not decoded (rendered on demand). One object per
+    run of spans, not per span: a request of 500 spans is ~50 of these, and grouping works per run."""
 
     trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    conversation: str | None  # `dialects.common.conversation_id` of its attributes
-    operation: str | None  # `dialects.common.operation` of a parentless span; None when it has a parent
-    marks: tuple[tuple[str, Any], ...]  # its incident and feedback attributes (the flag rules' keys)
+    conversation: str | None  # `dialects.common.conversation_id` of their attributes
     segment_pos: int
-    ordinal: int
+    ordinals: list[int]  # ascending
+    roots: tuple[tuple[int, str | None], ...] = ()  # (ordinal, `dialects.common.operation`) of parentless spans
+    marks: tuple[tuple[str, Any], ...] = ()  # their incident and feedback attributes (the flag rules' keys)
+
+    def split(self, n: int) -> tuple[SpanRefs, SpanRefs]:
+        """The first `n` spans and the rest (a session that reaches its record bound mid-run)."""
+        head, tail = self.ordinals[:n], self.ordinals[n:]
+        last = head[-1]
+        return (SpanRefs(self.trace_id, self.conversation, self.segment_pos, head,
+                         tuple(r for r in self.roots if r[0] <= last), self.marks),
+                SpanRefs(self.trace_id, self.conversation, self.segment_pos, tail,
+                         tuple(r for r in self.roots if r[0] > last), self.marks))
+
+
+def count(records: Sequence[Record | SpanRefs]) -> int:
+    """Spans and log records in `records` (a `SpanRefs` counts its spans)."""
+    return sum(len(r.ordinals) if type(r) is SpanRefs else 1 for r in records)

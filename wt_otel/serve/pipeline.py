@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from wt_otel._util.sizeof import record_bytes
-from wt_otel.model.spans import Record, SpanRef
+from wt_otel.model.spans import Record, SpanRefs, count
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
 from wt_otel.serve.metrics import Metrics
 
@@ -59,7 +59,7 @@ _VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAd
 
 
 class Consumer(Protocol):
-    def consume(self, records: Sequence[Record | SpanRef], now: float) -> None: ...
+    def consume(self, records: Sequence[Record | SpanRefs], now: float) -> None: ...
 
     def tick(self, now: float) -> None: ...
 
@@ -79,10 +79,10 @@ class Pipeline:
         self.admission = admission or AdmissionControl(
             BudgetConfig(max_records=max_queued_records), held=held if callable(held) else None)
         self.housekeeping = list(housekeeping)  # run on the worker at every tick (retry deferred writes)
-        self._queue: queue.Queue[tuple[Sequence[Record | SpanRef], int, int] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Sequence[Record | SpanRefs], int, int] | None] = queue.Queue()
         self.on_consumed: Callable[[int], None] | None = None  # the segment log's release (durable ingest)
         self.segments: SegmentLog | None = None  # set by serve: export() then appends before acknowledging
-        # set by serve when the pipeline can keep sessions by reference (`SpanRef`s): export() then queues the
+        # set by serve when the pipeline can keep sessions by reference (`SpanRefs`): export() then queues the
         # span index's entries of a protobuf traces request instead of decoding it
         self.by_reference = False
         self.drain_deadline: float | None = None  # stopping: past it (monotonic), logged batches are not drained
@@ -127,11 +127,11 @@ class Pipeline:
             return _VERDICTS[decision.verdict], decision.reason
         return PipelineAdmission.ACCEPTED, ""
 
-    def offer(self, records: Sequence[Record | SpanRef], client: str | None = None) -> PipelineAdmission:
+    def offer(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> PipelineAdmission:
         """Queue a batch without blocking; all or nothing."""
         return self.admit(records, client)[0]
 
-    def admit(self, records: Sequence[Record | SpanRef], client: str | None = None) -> tuple[PipelineAdmission, str]:
+    def admit(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`offer`, with the reason for a refusal (for the client's error message)."""
         with self._lock:
             verdict, reason, nbytes = self._decide_locked(records, client)
@@ -142,22 +142,22 @@ class Pipeline:
     # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
     # budget (a request in the segment log is acknowledged; refusing it then would only duplicate it on retry).
 
-    def check(self, records: Sequence[Record | SpanRef], client: str | None = None) -> tuple[PipelineAdmission, str]:
+    def check(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`admit`'s verdict without queuing anything."""
         with self._lock:
             verdict, reason, _ = self._decide_locked(records, client)
         return verdict, reason
 
-    def put(self, records: Sequence[Record | SpanRef], position: int) -> bool:
+    def put(self, records: Sequence[Record | SpanRefs], position: int) -> bool:
         """Queue records already in the segment log at `position`; `on_consumed(position)` once the consumer has
         them. False when shutting down (they stay in the log for the next start)."""
         with self._lock:
             if self._closed:
                 return False
-            self._enqueue_locked(records, sum(record_bytes(r) for r in records), position)
+            self._enqueue_locked(records, sum(map(record_bytes, records)), position)
         return True
 
-    def _decide_locked(self, records: Sequence[Record | SpanRef],
+    def _decide_locked(self, records: Sequence[Record | SpanRefs],
                        client: str | None) -> tuple[PipelineAdmission, str, int]:
         """(verdict, reason for a refusal, estimated bytes) of the admission control, under `_lock`."""
         if self._closed:
@@ -167,8 +167,8 @@ class Pipeline:
             return _VERDICTS[decision.verdict], decision.reason, 0
         return PipelineAdmission.ACCEPTED, "", decision.nbytes
 
-    def _enqueue_locked(self, records: Sequence[Record | SpanRef], nbytes: int, position: int) -> None:
-        self._queued += len(records)
+    def _enqueue_locked(self, records: Sequence[Record | SpanRefs], nbytes: int, position: int) -> None:
+        self._queued += count(records)
         self._queued_bytes += nbytes
         self.metrics.set("wt_otel_queue_depth", self._queued)
         self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
@@ -178,7 +178,7 @@ class Pipeline:
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
-            batch: tuple[Sequence[Record | SpanRef], int, int] | None
+            batch: tuple[Sequence[Record | SpanRefs], int, int] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
@@ -196,7 +196,7 @@ class Pipeline:
                         self.on_consumed(position)
                 with self._lock:
                     self._enqueued.popleft()
-                    self._queued -= len(records)
+                    self._queued -= count(records)
                     self._queued_bytes -= nbytes
                     self.metrics.set("wt_otel_queue_depth", self._queued)
                     self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)

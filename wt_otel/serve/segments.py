@@ -23,7 +23,7 @@ requests appended but not yet handed to the assembler (the pins here), records
 the assembler holds (open sessions and written ones kept for late spans), and
 the head of the open generation (anything appended later lies above it).
 Generations wholly below the checkpoint are deleted, except, newest first, those within `retain_age` and
-`retain_bytes` when serve keeps sessions by reference into them (`SpanRef`, `datadir.render: flagged`):
+`retain_bytes` when serve keeps sessions by reference into them (`SpanRefs`, `datadir.render: flagged`):
 `spans_of` reads such a session's spans back (`wt-otel sessions render`). Those retained generations do not
 count against `max_bytes`, which caps only what the checkpoint still needs.
 
@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wt_otel._util.clock import utc_now_iso
 from wt_otel.ingest.otlp import spans_from_request
-from wt_otel.model.spans import SpanRecord, SpanRef
+from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.metrics import Metrics
 
 log = logging.getLogger("wt_otel.serve.segments")
@@ -552,12 +552,13 @@ def read_entry(directory: Path, pos: int) -> bytes:
     return data
 
 
-def spans_of(directory: Path, refs: Sequence[SpanRef]) -> list[SpanRecord]:
-    """The spans `refs` point to, decoded, in the order of `refs`: each request they point into is read and
-    parsed once, and only its referenced spans are converted. ValueError when one cannot be read back."""
+def spans_of(directory: Path, refs: Sequence[SpanRefs]) -> list[SpanRecord]:
+    """The spans `refs` point to, decoded, in the order of `refs` (each one's in the order of its ordinals):
+    each request they point into is read and parsed once, and only its referenced spans are converted.
+    ValueError when one cannot be read back."""
     wanted: dict[int, set[int]] = {}
     for ref in refs:
-        wanted.setdefault(ref.segment_pos, set()).add(ref.ordinal)
+        wanted.setdefault(ref.segment_pos, set()).update(ref.ordinals)
     found: dict[tuple[int, int], SpanRecord] = {}
     for pos, ordinals in wanted.items():
         try:
@@ -571,7 +572,7 @@ def spans_of(directory: Path, refs: Sequence[SpanRef]) -> list[SpanRecord]:
         for n, span in zip(sorted(ordinals), spans_from_request(request, keep), strict=True):
             span.segment_pos = pos
             found[(pos, n)] = span
-    return [found[(ref.segment_pos, ref.ordinal)] for ref in refs]
+    return [found[(ref.segment_pos, n)] for ref in refs for n in ref.ordinals]
 
 
 def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:

@@ -39,7 +39,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import Record, SpanRecord, SpanRef
+from wt_otel.model.spans import Record, SpanRecord, SpanRefs, count
 from wt_otel.serve.budget import AdmissionControl, BudgetConfig
 from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
@@ -193,7 +193,7 @@ class SessionPipeline:
 
         Kept by reference, a session is never decoded nor built: only its index line is written. That is
         right only when no stage needs more of an unflagged session: the store renders only flagged ones,
-        the flag rules look only at keys the span index reports (`SpanRef.marks`; a session with any is
+        the flag rules look only at keys the span index reports (`SpanRefs.marks`; a session with any is
         built and flagged as usual), and no other stage (the redactor, a plug-in) sees every session."""
         store = self.store
         if store is None or not callable(getattr(store, "keep_indexed", None)):
@@ -474,7 +474,7 @@ class Server:
             for signal, pos, data in segments.replay():
                 indexed = index_refs(data, screen, pos) if screen is not None and signal == "traces" else None
                 if indexed is not None:
-                    kept: Sequence[Record | SpanRef] = indexed[0]
+                    kept: Sequence[Record | SpanRefs] = indexed[0]
                 else:
                     try:
                         kept = decode(Signal(signal), data, Encoding.PROTOBUF).records
@@ -491,7 +491,7 @@ class Server:
                 segments.pin(pos)
                 queue.put(kept, pos)
                 requests += 1
-                records += len(kept)
+                records += count(kept)
         finally:
             segments.release(start)
         self.metrics.inc("wt_otel_segment_replayed_requests_total", requests)

@@ -258,3 +258,32 @@ def test_filter_lru_is_bounded():
     for n in range(10):
         f.consume([chat(tid(n), [user("q")], [assistant("a")])], 0)
     assert len(f._known) == 3
+
+
+def _kept_runs(n: int) -> list:
+    from wt_otel.model.spans import SpanRefs
+    return [SpanRefs(f"{i:032x}", None, 0, [2 * i, 2 * i + 1], roots=((2 * i + 1, "invoke_agent"),))
+            for i in range(1, n + 1)]
+
+
+def test_a_burst_of_sessions_kept_by_reference_is_not_backlog_before_the_writer_is_measured():
+    """Before the first session is due, the writer's speed is a prior: that of building and rendering a session,
+    or, when sessions are kept by reference (an index line each), that of keeping one. A burst of 5,000 ended
+    sessions waiting out their grace is then no reason to refuse requests; with the render prior it is."""
+    kept, _, _ = make(grace=2.0)
+    kept.keep_by_reference = lambda indexed: True
+    rendered, _, _ = make(grace=2.0)
+    for asm in (kept, rendered):
+        asm.consume(_kept_runs(5_000), now=0.0)
+    assert kept.write_backlog() == 0.0
+    assert rendered.write_backlog() > 40  # 5,000 x 10 ms less the 2 s grace
+
+
+def test_spanrefs_split_keeps_each_root_with_its_span():
+    from wt_otel.model.spans import SpanRefs, count
+    run = SpanRefs("ab" * 16, "conv", 7, [1, 4, 5, 9], roots=((4, "invoke_agent"), (9, "chat")), marks=(("k", 1),))
+    head, tail = run.split(2)
+    assert (head.ordinals, head.roots) == ([1, 4], ((4, "invoke_agent"),))
+    assert (tail.ordinals, tail.roots) == ([5, 9], ((9, "chat"),))
+    assert head.segment_pos == tail.segment_pos == 7 and head.marks == tail.marks == (("k", 1),)
+    assert count([head, tail]) == 4 and count([run, *weather_session(tid(1))]) == 8

@@ -246,3 +246,26 @@ def test_content_capture_off_is_still_said_when_sessions_are_kept_by_reference(f
     said = [w for w in warnings if "records no message content" in w]
     assert len(said) == 1 and "order-bot" in said[0], warnings
     assert server.metrics.get("wt_otel_sessions_without_content_total", service="order-bot") == 1  # probed: one
+
+
+def test_the_record_bound_splits_a_run_of_refs_exactly(fast_dir: Path) -> None:
+    """One request holds a session of 7 spans, kept by reference as one run; `max_records_per_session` 3
+    cuts it into 3 + 3 + 1 spans (the first the session, the others its continuations), every span once."""
+    spans = weather_session(tid(12)) + weather_session(tid(12))[:3]
+    for n, span in enumerate(spans[4:], 1):  # three more spans of the same trace, new ids
+        span.span_id = f"{n:016x}"
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"render": "flagged", "workers": 0},
+                         assembler=AssemblerConfig(idle_timeout=600, max_records_per_session=3))
+    server = Server(config, quiet=True, warn=lambda _m: None).start()
+    try:
+        assert server.http_url
+        assert post(server.http_url, "/v1/traces", traces_request(spans).SerializeToString()) == 200
+    finally:
+        server.stop()
+    entries = [e for e in read_index(fast_dir).entries if e.get("segments") is not None]
+    assert [e["spans"] for e in entries] == [3, 3, 1]
+    assert [e["key"] for e in entries] == [tid(12), f"{tid(12)}~2", f"{tid(12)}~3"]
+    ordinals = [n for e in entries for _, ns in e["segments"] for n in ns]
+    assert ordinals == list(range(7))  # wire order, each span in exactly one session
+    assert server.metrics.get("wt_otel_sessions_flushed_incomplete_total", reason="max_records_per_session") == 2

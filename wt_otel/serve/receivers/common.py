@@ -53,7 +53,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
-from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRef
+from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRefs, count
 from wt_otel.serve.budget import DECODED_PER_WIRE_BYTE
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline, PipelineAdmission
@@ -399,7 +399,7 @@ def _durable_export(signal: Signal, body: bytes | Message, encoding: Encoding, d
 def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen | None, metrics: Metrics,
                          client: str | None) -> ExportResult | None:
     """A protobuf traces request kept by reference: the span index's entries of the spans the GenAI filter
-    keeps become `SpanRef`s, the request's bytes go to the segment log as received, and nothing is decoded.
+    keeps become `SpanRefs`, the request's bytes go to the segment log as received, and nothing is decoded.
     None: serve does not keep spans by reference, or the index cannot settle this request (malformed,
     invalid ids): the caller decodes it as usual."""
     segments = getattr(pipeline, "segments", None)
@@ -413,21 +413,23 @@ def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen 
     except DecodeError:
         return None  # decode() says what is wrong, as before
     refs, received = indexed
+    kept = count(refs)
     metrics.inc("wt_otel_spans_received_total", received)
-    if len(refs) < received:
-        metrics.inc("wt_otel_records_dropped_total", received - len(refs), reason="not_genai")
+    if kept < received:
+        metrics.inc("wt_otel_records_dropped_total", received - kept, reason="not_genai")
     if not refs:
         return ExportResult(Outcome.OK)
     admission, reason = pipeline.check(refs, client)
     if admission is not PipelineAdmission.ACCEPTED:
-        return _counted_refusal(admission, reason, len(refs), metrics)
+        return _counted_refusal(admission, reason, kept, metrics)
     # the request as received (ordinals count its every span), not only the kept spans
     return _append_and_queue(Signal.TRACES, body, refs, pipeline, segments, metrics, Decoded([], received, 0, ""))
 
 
-def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[SpanRef], int] | None:
-    """(`SpanRef`s at segment position `pos` of the spans the GenAI filter keeps, spans in the request) from the
-    span index, without decoding; None when the index cannot settle the request (malformed, invalid ids)."""
+def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[SpanRefs], int] | None:
+    """(the spans the GenAI filter keeps as `SpanRefs` at segment position `pos`, one per trace and conversation
+    id in order of first appearance; spans in the request) from the span index, without decoding; None when
+    the index cannot settle the request (malformed, invalid ids)."""
     try:
         entries = spanindex.scan(body)
     except SpanIndexError:
@@ -435,14 +437,26 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
     if any(_entry_problem(e) for e in entries):
         return None  # decode() rejects those spans, with its messages
     keep = screen.keep_indexed(entries)
-    return [SpanRef(e.trace_id, e.span_id, e.parent_span_id, e.conversation, e.operation, e.marks, pos, n)
-            for n, e in enumerate(entries) if keep is None or keep[n]], len(entries)
+    runs: dict[tuple[str, str | None], SpanRefs] = {}
+    for n, e in enumerate(entries):
+        if keep is not None and not keep[n]:
+            continue
+        run = runs.get((e.trace_id, e.conversation))
+        if run is None:
+            run = runs[(e.trace_id, e.conversation)] = SpanRefs(e.trace_id, e.conversation, pos, [n])
+        else:
+            run.ordinals.append(n)
+        if e.parent_span_id is None:
+            run.roots += ((n, e.operation),)
+        if e.marks:
+            run.marks += e.marks
+    return list(runs.values()), len(entries)
 
 
-def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRef], pipeline: Pipeline,
+def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRefs], pipeline: Pipeline,
                       segments: SegmentLog, metrics: Metrics, decoded: Decoded) -> ExportResult:
     """Append to the segment log, wait for the group commit, queue the records: then acknowledge."""
-    n = len(records)
+    n = count(records)
     try:
         ticket = segments.append(signal.value, data)
     except SegmentFull as e:
