@@ -20,7 +20,7 @@ after its GenAI children; the cost of a miss is a session that completes by
 idle timeout instead of root+grace.
 
 In serve the filter also runs at receive time, when it is the pipeline's head: the receivers
-ask it about a protobuf traces request before decoding it (`keep_indexed`, on the span index's
+ask it about a protobuf traces request before decoding it (`keep_traces`, on the traces of the span index's
 entries, `wt_otel.ingest.spanindex`), so a span it would drop is never converted and a request
 with nothing to keep is never parsed; the receivers tell it about everything they decode the
 usual way (`note_decoded`). Both remember GenAI traces at once, under a lock shared with the
@@ -37,7 +37,6 @@ from collections.abc import Sequence
 
 from wt_otel.components import StageContext, StageType
 from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
-from wt_otel.ingest.spanindex import SpanEntry
 from wt_otel.model.spans import LogRecord, Record, SpanRefs
 from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
@@ -90,7 +89,7 @@ class GenAIFilter:
 
     def filter(self, records: Sequence[Record | SpanRefs]) -> list[Record | SpanRefs]:
         """The records to keep; two passes so order inside a batch does not matter. `SpanRefs` were
-        screened at receive time (`keep_indexed`): they are kept."""
+        screened at receive time (`keep_traces`): they are kept."""
         if not self.enabled:
             return list(records)
         with self._lock:
@@ -105,17 +104,18 @@ class GenAIFilter:
             self.metrics.inc("wt_otel_records_dropped_total", dropped, reason="not_genai")
         return kept
 
-    def keep_indexed(self, entries: Sequence[SpanEntry]) -> list[bool] | None:
-        """Receive time: which spans of a request not decoded yet `filter` would keep (one flag per span
-        index entry); None when the filter is off (keep everything). Remembers the GenAI traces now."""
+    def keep_traces(self, traces: dict[str, bool]) -> set[str] | None:
+        """Receive time: which traces of a request not decoded yet `filter` would keep (`traces`: each trace id
+        of the request, whether the span index saw a GenAI span of it); None when the filter is off (keep
+        everything). Remembers the GenAI traces now. Per trace, not per span: a request holds few traces."""
         if not self.enabled:
             return None
         with self._lock:
-            for e in entries:
-                if e.genai and e.trace_id:
-                    self._remember(e.trace_id)
+            for trace_id, genai in traces.items():
+                if genai:
+                    self._remember(trace_id)
             known = self._known
-            return [(e.trace_id in known) if e.trace_id else e.genai for e in entries]
+            return {t for t in traces if t in known}
 
     def note_decoded(self, records: Sequence[Record]) -> None:
         """Receive time: remember the GenAI traces of records the receivers decoded without the index

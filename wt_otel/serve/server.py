@@ -213,7 +213,7 @@ class SessionPipeline:
                 if r.kind != "attribute" or not set(r.keys) <= spanindex.MARK_KEYS:
                     return f"flag rule {r.name!r} looks at more than the span index reports"
         head = getattr(self, "head", None)
-        if not callable(getattr(head, "keep_indexed", None)) or spanindex.implementation() == "off":
+        if not callable(getattr(head, "keep_traces", None)) or spanindex.implementation() == "off":
             return "no span index in front of the pipeline"
         return None
 

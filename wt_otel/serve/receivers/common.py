@@ -167,7 +167,7 @@ def _from_json(body: bytes | Message, decoder) -> list:
 class ReceiveScreen(Protocol):
     """The GenAI filter's receive-time half (processors/genai_filter.py), when it heads the pipeline."""
 
-    def keep_indexed(self, entries: Sequence[SpanEntry]) -> list[bool] | None: ...
+    def keep_traces(self, traces: dict[str, bool]) -> set[str] | None: ...
 
     def note_decoded(self, records: Sequence[Record]) -> None: ...
 
@@ -178,7 +178,7 @@ def screen_of(pipeline: object) -> ReceiveScreen | None:
     if spanindex.implementation() == "off":
         return None
     head = getattr(pipeline, "consumer", None)
-    if callable(getattr(head, "keep_indexed", None)) and callable(getattr(head, "note_decoded", None)):
+    if callable(getattr(head, "keep_traces", None)) and callable(getattr(head, "note_decoded", None)):
         return head
     return None
 
@@ -208,9 +208,13 @@ def _lean_spans(body: bytes, screen: ReceiveScreen) -> Decoded | None:
         return None  # decode() says what is wrong, as before
     if any(_entry_problem(e) for e in entries):
         return None  # decode() rejects those spans, with its messages
-    keep = screen.keep_indexed(entries)
-    if keep is None:
+    traces: dict[str, bool] = {}
+    for e in entries:
+        traces[e.trace_id] = traces.get(e.trace_id, False) or e.genai
+    keep_traces = screen.keep_traces(traces)
+    if keep_traces is None:
         return None
+    keep = [e.trace_id in keep_traces for e in entries]
     kept = sum(keep)
     if not kept:
         return Decoded([], len(entries), 0, "", dropped=len(entries))
@@ -434,23 +438,28 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
         entries = spanindex.scan(body)
     except SpanIndexError:
         return None
-    if any(_entry_problem(e) for e in entries):
-        return None  # decode() rejects those spans, with its messages
-    keep = screen.keep_indexed(entries)
     runs: dict[tuple[str, str | None], SpanRefs] = {}
+    genai: dict[str, bool] = {}  # trace id -> a GenAI span seen (the filter keeps or drops whole traces)
     for n, e in enumerate(entries):
-        if keep is not None and not keep[n]:
-            continue
-        run = runs.get((e.trace_id, e.conversation))
+        trace_id, span_id, parent = e.trace_id, e.span_id, e.parent_span_id
+        if (len(trace_id) != 32 or len(span_id) != 16 or trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID
+                or (parent is not None and len(parent) != 16)):  # `_entry_problem`, inline: once per span
+            return None  # decode() rejects those spans, with its messages
+        run = runs.get((trace_id, e.conversation))
         if run is None:
-            run = runs[(e.trace_id, e.conversation)] = SpanRefs(e.trace_id, e.conversation, pos, [n])
+            run = runs[(trace_id, e.conversation)] = SpanRefs(trace_id, e.conversation, pos, [n])
+            genai[trace_id] = genai.get(trace_id, False) or e.genai
         else:
             run.ordinals.append(n)
-        if e.parent_span_id is None:
+            if e.genai:
+                genai[trace_id] = True
+        if parent is None:
             run.roots += ((n, e.operation),)
         if e.marks:
             run.marks += e.marks
-    return list(runs.values()), len(entries)
+    keep = screen.keep_traces(genai)
+    kept = list(runs.values()) if keep is None else [r for r in runs.values() if r.trace_id in keep]
+    return kept, len(entries)
 
 
 def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRefs], pipeline: Pipeline,
