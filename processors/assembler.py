@@ -278,7 +278,8 @@ class SessionAssembler:
     def _add(self, run: list[Held], trace_id: str, conv: str | None, now: float) -> list[Held]:
         """Records of one trace and conversation id, in order; returns those left when the session reached
         `max_records_per_session` (they go to its continuation)."""
-        keys = {k for k in (self._by_trace.get(trace_id), self._by_conv.get(conv) if conv else None) if k}
+        by_trace, by_conv = self._by_trace.get(trace_id), self._by_conv.get(conv) if conv else None
+        keys = {k for k in (by_trace, by_conv) if k} if by_trace or by_conv else ()
         groups = [self._reopen(k, now) for k in sorted(keys)]
         live = [g for g in groups if g is not None]
         if not live:

@@ -29,8 +29,8 @@ def iso(moment: datetime, timespec: str = "milliseconds") -> str:
 
 
 def utc_now_iso(timespec: str = "milliseconds") -> str:
-    """Now, as `iso()` writes it."""
-    return iso(utc_now(), timespec)
+    """Now, as `iso()` writes it (without its conversions: a moment made in UTC ends in "+00:00")."""
+    return datetime.now(UTC).isoformat(timespec=timespec)[:-6] + "Z"
 
 
 def iso_from_ns(ns: int | None) -> str | None:

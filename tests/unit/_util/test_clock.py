@@ -15,6 +15,7 @@ def test_now_is_utc_with_z_and_milliseconds() -> None:
     stamp = utc_now_iso()
     assert ISO_Z.match(stamp), stamp
     assert "+00:00" not in stamp
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", utc_now_iso("seconds"))
     assert ISO_Z.match(iso(datetime(2026, 1, 2, 3, 4, 5, 678_900, tzinfo=UTC))) and \
         iso(datetime(2026, 1, 2, 3, 4, 5, 678_900, tzinfo=UTC)) == "2026-01-02T03:04:05.678Z"
 
