@@ -78,6 +78,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     from wt_otel.serve.server import Server, ServeStartError
 
     log = configure(log_level, "json" if log_format == "json" else "text")
+    from wt_otel._util.malloc import pin_mmap_threshold
+
+    pin_mmap_threshold()  # request buffers go back to the OS when freed (the memory budget is in bytes)
     # Handlers first: a SIGTERM during start-up still means a clean stop. The handler only flips a
     # flag: a threading.Event.set() here can deadlock, because Python runs the handler in the main
     # thread, possibly while that thread holds the very Event's lock inside Event.wait().
