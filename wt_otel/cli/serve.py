@@ -78,9 +78,6 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     from wt_otel.serve.server import Server, ServeStartError
 
     log = configure(log_level, "json" if log_format == "json" else "text")
-    from wt_otel._util.malloc import pin_mmap_threshold
-
-    pin_mmap_threshold()  # request buffers go back to the OS when freed (the memory budget is in bytes)
     # Handlers first: a SIGTERM during start-up still means a clean stop. The handler only flips a
     # flag: a threading.Event.set() here can deadlock, because Python runs the handler in the main
     # thread, possibly while that thread holds the very Event's lock inside Event.wait().
@@ -107,6 +104,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     except ServeStartError as exc:
         log.error("%s", exc)
         ctx.exit(exc.exit_code)
+    from wt_otel._util.tuning import tune_for_serve
+
+    tune_for_serve()  # rare, short GC collections; request buffers go back to the OS when freed
     for note in server.recovery:
         log.warning("data dir: %s", note)
     if server.grpc_port is not None:

@@ -1,12 +1,13 @@
-"""The mmap threshold pin: on glibc mallopt takes it; a large buffer is then returned to the OS when freed."""
+"""serve's process settings: the GC tune, and the mmap threshold pin (a large buffer freed goes back to the OS)."""
 
 from __future__ import annotations
 
+import gc
 import platform
 
 import pytest
 
-from wt_otel._util.malloc import pin_mmap_threshold
+from wt_otel._util.tuning import GC_THRESHOLDS, pin_mmap_threshold, tune_gc
 
 
 def _rss_kib() -> int:
@@ -23,3 +24,14 @@ def test_freed_request_buffers_leave_rss_after_the_pin() -> None:
         buf[::4096] = b"x" * len(buf[::4096])
         del buf
     assert _rss_kib() - base < 2 * 1024  # without the pin, glibc keeps the last ones in its heap (~4+ MiB)
+
+
+def test_tune_gc_freezes_start_up_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+        assert gc.isenabled()  # cycles are still collected, only less often
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
