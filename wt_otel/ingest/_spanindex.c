@@ -630,6 +630,141 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ runs: `runs_python`, in C */
+
+/* A W3C id as the entries hold it: `n` lowercase hex digits, not all zero (what _entry_problem checks). */
+static int valid_id(PyObject *s, Py_ssize_t n) {
+    if (!PyUnicode_CheckExact(s) || PyUnicode_GET_LENGTH(s) != n || PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND)
+        return 0;
+    const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (d[i] != '0')
+            return 1;
+    return 0;
+}
+
+/* runs(entries) -> list of (trace_id, conversation, ordinals, roots, marks, genai) | None: see runs_python. */
+static PyObject *runs(PyObject *self, PyObject *entries) {
+    (void)self;
+    if (!PyList_CheckExact(entries)) {
+        PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
+        return NULL;
+    }
+    PyObject *index = PyDict_New(), *order = PyList_New(0), *out = NULL;
+    PyObject *last = NULL, *last_trace = NULL, *last_conv = NULL; /* borrowed: the run of the previous span */
+    if (!index || !order)
+        goto done;
+    Py_ssize_t count = PyList_GET_SIZE(entries);
+    for (Py_ssize_t n = 0; n < count; n++) {
+        PyObject *e = PyList_GET_ITEM(entries, n);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 7) {
+            PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
+            goto done;
+        }
+        PyObject *trace = PyTuple_GET_ITEM(e, 0), *parent = PyTuple_GET_ITEM(e, 2), *conv = PyTuple_GET_ITEM(e, 4);
+        if (!valid_id(trace, 32) || !valid_id(PyTuple_GET_ITEM(e, 1), 16) ||
+            (parent != Py_None && !(PyUnicode_CheckExact(parent) && PyUnicode_GET_LENGTH(parent) == 16))) {
+            Py_CLEAR(order);
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyObject *run = NULL;
+        if (last) {
+            int same = PyObject_RichCompareBool(trace, last_trace, Py_EQ);
+            if (same < 0)
+                goto done;
+            if (same) {
+                same = PyObject_RichCompareBool(conv, last_conv, Py_EQ);
+                if (same < 0)
+                    goto done;
+            }
+            if (same)
+                run = last;
+        }
+        if (!run) {
+            PyObject *key = PyTuple_Pack(2, trace, conv);
+            if (!key)
+                goto done;
+            run = PyDict_GetItemWithError(index, key);
+            if (!run) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(key);
+                    goto done;
+                }
+                PyObject *ords = PyList_New(0), *roots = PyList_New(0), *marks = PyList_New(0);
+                run = (ords && roots && marks) ? PyList_New(6) : NULL;
+                if (!run) {
+                    Py_XDECREF(ords);
+                    Py_XDECREF(roots);
+                    Py_XDECREF(marks);
+                    Py_DECREF(key);
+                    goto done;
+                }
+                PyList_SET_ITEM(run, 0, Py_NewRef(trace));
+                PyList_SET_ITEM(run, 1, Py_NewRef(conv));
+                PyList_SET_ITEM(run, 2, ords);
+                PyList_SET_ITEM(run, 3, roots);
+                PyList_SET_ITEM(run, 4, marks);
+                PyList_SET_ITEM(run, 5, Py_NewRef(Py_False));
+                int rc = PyDict_SetItem(index, key, run) < 0 || PyList_Append(order, run) < 0;
+                Py_DECREF(run); /* index and order hold it */
+                if (rc) {
+                    Py_DECREF(key);
+                    goto done;
+                }
+            }
+            Py_DECREF(key);
+        }
+        last = run;
+        last_trace = trace;
+        last_conv = conv;
+        PyObject *ordinal = PyLong_FromSsize_t(n);
+        if (!ordinal || PyList_Append(PyList_GET_ITEM(run, 2), ordinal) < 0) {
+            Py_XDECREF(ordinal);
+            goto done;
+        }
+        if (parent == Py_None) {
+            PyObject *root = PyTuple_Pack(2, ordinal, PyTuple_GET_ITEM(e, 5));
+            int rc = !root || PyList_Append(PyList_GET_ITEM(run, 3), root) < 0;
+            Py_XDECREF(root);
+            if (rc) {
+                Py_DECREF(ordinal);
+                goto done;
+            }
+        }
+        Py_DECREF(ordinal);
+        PyObject *marks = PyTuple_GET_ITEM(e, 6);
+        if (PyTuple_Check(marks) && PyTuple_GET_SIZE(marks)) {
+            PyObject *all = PyList_GET_ITEM(run, 4);
+            if (PyList_SetSlice(all, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, marks) < 0)
+                goto done;
+        }
+        if (PyObject_IsTrue(PyTuple_GET_ITEM(e, 3)) == 1)
+            PyList_SetItem(run, 5, Py_NewRef(Py_True));
+    }
+    out = PyList_New(PyList_GET_SIZE(order));
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
+        PyObject *run = PyList_GET_ITEM(order, i);
+        PyObject *roots = PyList_AsTuple(PyList_GET_ITEM(run, 3)), *marks = PyList_AsTuple(PyList_GET_ITEM(run, 4));
+        PyObject *t = (roots && marks) ? PyTuple_Pack(6, PyList_GET_ITEM(run, 0), PyList_GET_ITEM(run, 1),
+                                                      PyList_GET_ITEM(run, 2), roots, marks, PyList_GET_ITEM(run, 5))
+                                       : NULL;
+        Py_XDECREF(roots);
+        Py_XDECREF(marks);
+        if (!t) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+done:
+    Py_XDECREF(index);
+    Py_XDECREF(order);
+    return out;
+}
+
 /* A tuple of bytes -> btable; the tuple is kept in table_refs so the pointers stay valid. */
 static int load_table(PyObject *refs, PyObject *seq, btable *t, const char *name) {
     PyObject *tuple = PySequence_Tuple(seq);
@@ -737,6 +872,7 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(body) -> list[SpanEntry]: every span of a serialized OTLP traces request."},
+    {"runs", runs, METH_O, "runs(entries) -> the spans of each trace and conversation id (see runs_python)."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(...): the key tables, the entry type, the error class and the value resolver."},
     {NULL, NULL, 0, NULL},

@@ -71,7 +71,7 @@ from wt_otel.ingest.keys import (
 from wt_otel.ingest.otlp import _pb_value
 
 __all__ = ["ENV_VAR", "SpanEntry", "SpanIndexError", "SpanIndexUnavailable", "implementation", "native_available",
-           "scan", "scan_native", "scan_python", "scan_wire"]
+           "runs", "runs_native", "runs_python", "scan", "scan_native", "scan_python", "scan_wire", "valid_ids"]
 
 ENV_VAR = "WT_OTEL_SPANINDEX"
 
@@ -599,6 +599,59 @@ def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
         return scan_wire(buf)
 
 
+# --------------------------------------------------------------------------- runs: spans grouped for serve
+
+Run = tuple[str, str | None, list[int], tuple[tuple[int, str | None], ...], tuple[tuple[str, Any], ...], bool]
+"""(trace_id, conversation, ordinals, roots, marks, genai): the spans of one trace and conversation id."""
+
+_ZERO_TRACE_ID, _ZERO_SPAN_ID = "0" * 32, "0" * 16
+
+
+def valid_ids(e: SpanEntry) -> bool:
+    """Whether the entry's ids are W3C ids (16 and 8 bytes, not all zero; a parent of 8 bytes or none):
+    serve keys sessions on them, and its decoder refuses a span without them (and says why)."""
+    return not (len(e.trace_id) != 32 or len(e.span_id) != 16 or e.trace_id == _ZERO_TRACE_ID
+                or e.span_id == _ZERO_SPAN_ID or (e.parent_span_id is not None and len(e.parent_span_id) != 16))
+
+
+def runs_python(entries: list[SpanEntry]) -> list[Run] | None:
+    """The spans of a request by trace and conversation id, in order of first appearance: per run its span
+    numbers (wire order), `(number, operation)` of its parentless spans, its spans' marks (in order) and
+    whether any is GenAI. None when a span's ids are not `valid_ids` (serve then decodes the request, and
+    its decoder says which span). What serve keeps by reference, one object per run (`SpanRefs`)."""
+    grouped: dict[tuple[str, str | None], list[Any]] = {}
+    for n, e in enumerate(entries):
+        if not valid_ids(e):
+            return None
+        run = grouped.get((e.trace_id, e.conversation))
+        if run is None:
+            run = grouped[(e.trace_id, e.conversation)] = [e.trace_id, e.conversation, [], [], [], False]
+        run[2].append(n)
+        if e.parent_span_id is None:
+            run[3].append((n, e.operation))
+        if e.marks:
+            run[4].extend(e.marks)
+        if e.genai:
+            run[5] = True
+    return [(t, c, ordinals, tuple(roots), tuple(marks), genai) for t, c, ordinals, roots, marks, genai
+            in grouped.values()]
+
+
+def runs(entries: list[SpanEntry]) -> list[Run] | None:
+    """`runs_python`, in C when `scan` is the native scanner (identical results; the tests compare them)."""
+    if implementation() == "native" and _native_runs is not None:
+        return _native_runs(entries)
+    return runs_python(entries)
+
+
+def runs_native(entries: list[SpanEntry]) -> list[Run] | None:
+    """The C `runs`; raises `SpanIndexUnavailable` when it is not built."""
+    if _native_runs is None:
+        scan_native(b"")  # raises with the reason when nothing is built
+        raise SpanIndexUnavailable("the native span index was built before runs(): reinstall to rebuild it")
+    return _native_runs(entries)
+
+
 # --------------------------------------------------------------------------- the native scanner
 
 def _load_native() -> Callable[[Any], list[SpanEntry]] | None:
@@ -616,6 +669,11 @@ def _load_native() -> Callable[[Any], list[SpanEntry]] | None:
 
 
 _native = _load_native()
+_native_runs: Callable[[list[SpanEntry]], list[Run] | None] | None = None
+if _native is not None:
+    from wt_otel.ingest import _spanindex as _ext  # type: ignore[attr-defined]
+
+    _native_runs = getattr(_ext, "runs", None)  # None: a build from before runs() (rebuild with pip install)
 
 
 def native_available() -> bool:

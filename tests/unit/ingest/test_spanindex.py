@@ -318,3 +318,39 @@ def test_native_is_faster_than_python():
             runs.append(time.perf_counter() - t)
         best[name] = min(runs)
     assert best["native"] < best["python"]
+
+
+# --------------------------------------------------------------------------- runs (what serve keeps by reference)
+
+
+def test_runs_group_every_span_once_by_trace_and_conversation_in_c_and_python_alike():
+    sessions = request(*[s for n in range(1, 6) for s in session_spans(n, 0)], resources=2)  # 5 whole sessions
+    bodies = [sessions, rich_request(), *(b for d in producer_dumps() for b in trace_requests(d))]
+    implementation("native")  # skips without the C extension (CI builds it)
+    grouped = 0
+    for body in bodies:
+        entries = spanindex.scan_python(body)
+        runs = spanindex.runs_python(entries)
+        assert repr(spanindex.runs_native(entries)) == repr(runs)
+        if any(not spanindex.valid_ids(e) for e in entries):
+            assert runs is None
+            continue
+        assert runs is not None
+        assert sorted(n for run in runs for n in run[2]) == list(range(len(entries)))  # each span in one run
+        for trace_id, conv, ordinals, roots, marks, genai in runs:
+            mine = [entries[n] for n in ordinals]
+            assert ordinals == sorted(ordinals) and {(e.trace_id, e.conversation) for e in mine} == {(trace_id, conv)}
+            assert roots == tuple((n, entries[n].operation) for n in ordinals if entries[n].parent_span_id is None)
+            assert marks == tuple(m for e in mine for m in e.marks) and genai == any(e.genai for e in mine)
+        grouped += len(runs) < len(entries)
+    assert grouped  # the fixtures hold requests with several spans of one session
+
+
+@pytest.mark.parametrize("field, value", [("trace_id", "0" * 32), ("trace_id", "ab" * 8), ("span_id", "0" * 16),
+                                          ("span_id", "ab"), ("parent_span_id", "abcd")])
+def test_runs_refuse_a_request_with_an_invalid_id_in_c_and_python(field, value):
+    entries = spanindex.scan_python(rich_request())
+    entries[1] = entries[1]._replace(**{field: value})
+    assert spanindex.runs_python(entries) is None
+    implementation("native")
+    assert spanindex.runs_native(entries) is None

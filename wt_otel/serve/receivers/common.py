@@ -229,8 +229,7 @@ def _lean_spans(body: bytes, screen: ReceiveScreen) -> Decoded | None:
 
 def _entry_problem(e: SpanEntry) -> bool:
     """`_span_problem` on an index entry (the ids are the same hex strings)."""
-    return (len(e.trace_id) != 32 or len(e.span_id) != 16 or e.trace_id == _ZERO_TRACE_ID
-            or e.span_id == _ZERO_SPAN_ID or (e.parent_span_id is not None and len(e.parent_span_id) != 16))
+    return not spanindex.valid_ids(e)
 
 
 def _id_problem(what: str, hex_id: str, nbytes: int) -> str | None:
@@ -438,27 +437,15 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
         entries = spanindex.scan(body)
     except SpanIndexError:
         return None
-    runs: dict[tuple[str, str | None], SpanRefs] = {}
+    grouped = spanindex.runs(entries)
+    if grouped is None:
+        return None  # an invalid id: decode() rejects that span, with its message
     genai: dict[str, bool] = {}  # trace id -> a GenAI span seen (the filter keeps or drops whole traces)
-    for n, e in enumerate(entries):
-        trace_id, span_id, parent = e.trace_id, e.span_id, e.parent_span_id
-        if (len(trace_id) != 32 or len(span_id) != 16 or trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID
-                or (parent is not None and len(parent) != 16)):  # `_entry_problem`, inline: once per span
-            return None  # decode() rejects those spans, with its messages
-        run = runs.get((trace_id, e.conversation))
-        if run is None:
-            run = runs[(trace_id, e.conversation)] = SpanRefs(trace_id, e.conversation, pos, [n])
-            genai[trace_id] = genai.get(trace_id, False) or e.genai
-        else:
-            run.ordinals.append(n)
-            if e.genai:
-                genai[trace_id] = True
-        if parent is None:
-            run.roots += ((n, e.operation),)
-        if e.marks:
-            run.marks += e.marks
+    for run in grouped:
+        genai[run[0]] = genai.get(run[0], False) or run[5]
     keep = screen.keep_traces(genai)
-    kept = list(runs.values()) if keep is None else [r for r in runs.values() if r.trace_id in keep]
+    kept = [SpanRefs(trace_id, conv, pos, ordinals, roots, marks)
+            for trace_id, conv, ordinals, roots, marks, _ in grouped if keep is None or trace_id in keep]
     return kept, len(entries)
 
 
