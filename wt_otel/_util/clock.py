@@ -28,9 +28,20 @@ def iso(moment: datetime, timespec: str = "milliseconds") -> str:
     return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
+_last_ms: tuple[int, str] = (-1, "")  # the last millisecond utc_now_iso() formatted (serve asks per session)
+
+
 def utc_now_iso(timespec: str = "milliseconds") -> str:
     """Now, as `iso()` writes it (without its conversions: a moment made in UTC ends in "+00:00")."""
-    return datetime.now(UTC).isoformat(timespec=timespec)[:-6] + "Z"
+    global _last_ms
+    if timespec != "milliseconds":
+        return datetime.now(UTC).isoformat(timespec=timespec)[:-6] + "Z"
+    ms = time.time_ns() // 1_000_000
+    last = _last_ms
+    if last[0] != ms:
+        moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000)
+        last = _last_ms = (ms, moment.isoformat(timespec="milliseconds")[:-6] + "Z")
+    return last[1]
 
 
 def iso_from_ns(ns: int | None) -> str | None:

@@ -54,3 +54,12 @@ def test_iso_from_ns_writes_what_iso_writes() -> None:
     stamps += [rng.randrange(1, 4_102_444_800 * 10**9) for _ in range(2000)]
     for ns in stamps:
         assert iso_from_ns(ns) == iso(datetime.fromtimestamp(ns / 1e9, tz=UTC)), ns
+
+
+def test_now_is_now_to_the_millisecond_though_it_is_formatted_once_per_millisecond() -> None:
+    for _ in range(3):
+        before = iso(datetime.now(UTC))
+        stamp = utc_now_iso()
+        assert before <= stamp <= iso(datetime.now(UTC)), stamp
+        time.sleep(0.002)  # the next millisecond: a fresh string, not the cached one
+        assert utc_now_iso() > stamp
