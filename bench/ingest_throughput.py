@@ -19,8 +19,11 @@ It prints accepted spans/s and p50/p99 export latency of each, the ratio (b)/(a)
 faster than they are processed), and RSS start/max/end sampled every second from /proc/<pid>/status
 (flat = not growing over the run). Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
 
+With `--span-index native,python` serve runs once per span index (the C scanner, the pure-Python
+fallback) against the same bare sink; `--repeat N` takes N such rounds and prints the medians.
+
     python bench/ingest_throughput.py [--seconds 20] [--threads 4] [--data-root /dev/shm] [--serve-config FILE]
-                                       [--no-rotel]
+                                       [--no-rotel] [--span-index native,python] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +62,7 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 MARK = b"Wq7Zk2Xp"  # 8 ASCII bytes: valid inside a UTF-8 conversation id and as half a trace id
 SESSIONS_PER_REQUEST = 50  # x 10 spans
 ROTEL_BATCH_SPANS = "2000"
+GOALS = {"native": 0.5, "python": 0.3}  # issue 15: sustained, against the bare sink
 SERVER_OPTIONS = [("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 4 * 1024 * 1024)]
 
 
@@ -250,10 +255,11 @@ class Server:
         return rc, time.monotonic() - t
 
 
-def start_serve(data_dir: Path, config: str | None) -> Server:
+def start_serve(data_dir: Path, config: str | None, span_index: str | None = None) -> Server:
+    env = {**os.environ, "WT_OTEL_SPANINDEX": span_index} if span_index else None
     return Server([sys.executable, "-m", "wt_otel.cli", "serve", "--grpc-endpoint", "127.0.0.1:0",
                    "--http-endpoint", "127.0.0.1:0", "--data-dir", str(data_dir), "--quiet",
-                   *(["--config", config] if config else [])])
+                   *(["--config", config] if config else [])], env=env)
 
 
 def wait_drained(serve: Server, timeout: float = 300) -> float:
@@ -289,8 +295,8 @@ def run_bare(args, body: bytes, n: int) -> LoadResult:
     return result
 
 
-def run_serve(args, body: bytes, n: int, data_dir: Path) -> tuple[LoadResult, float]:
-    serve = start_serve(data_dir, args.serve_config)
+def run_serve(args, body: bytes, n: int, data_dir: Path, span_index: str | None = None) -> tuple[LoadResult, float]:
+    serve = start_serve(data_dir, args.serve_config, span_index)
     try:
         with RssSampler(serve.proc.pid) as rss:
             result = load(serve.grpc, body, n, args.seconds, args.threads)
@@ -299,7 +305,7 @@ def run_serve(args, body: bytes, n: int, data_dir: Path) -> tuple[LoadResult, fl
     finally:
         rc, stop_s = serve.stop()
     sustained = result.accepted_spans / (result.seconds + drain)
-    report("(b) wt-otel serve (full pipeline)", result)
+    report(f"(b) wt-otel serve ({span_index or 'full pipeline'})", result)
     print(f"      sustained {sustained:,.0f} spans/s (queue drained {drain:.1f} s after the load); "
           f"{m.get('wt_otel_sessions_written_total', 0):,.0f} sessions written during the run, "
           f"{index_lines(data_dir):,} after SIGTERM (exit {rc} in {stop_s:.1f} s); "
@@ -411,6 +417,9 @@ def main() -> None:
     ap.add_argument("--no-rotel", action="store_true", help="skip the rotel comparison")
     ap.add_argument("--durability", choices=("config", "compare"), default="config",
                     help="compare: run (b) with the segment log off and on, side by side (its cost)")
+    ap.add_argument("--span-index", metavar="LIST", help="serve once per span index, e.g. native,python "
+                    "(WT_OTEL_SPANINDEX; default: serve's own choice)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of bare + serve(s), medians printed (default 1)")
     ap.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.bare_server:
@@ -421,13 +430,29 @@ def main() -> None:
     print(f"requests of {n} spans, {len(body) / 1024:,.0f} KiB; {args.threads} client threads, {args.seconds:g} s "
           f"per target; data dirs under {tmp}; cpu count {os.cpu_count()}", flush=True)
     try:
-        bare = run_bare(args, body, n)
         if args.durability == "compare":
-            compare_durability(args, body, n, tmp, bare)
+            compare_durability(args, body, n, tmp, run_bare(args, body, n))
             return
-        served, sustained = run_serve(args, body, n, tmp / "serve")
-        print(f"  ratio (b)/(a): {served.rate / bare.rate:.2f} accepted, {sustained / bare.rate:.2f} sustained "
-              f"(goal >= 0.5)", flush=True)
+        indexes = [i.strip() for i in args.span_index.split(",")] if args.span_index else [None]
+        ratios: dict[str | None, list[tuple[float, float]]] = {i: [] for i in indexes}
+        for turn in range(1, args.repeat + 1):  # the bare sink and each serve take turns: these machines drift
+            if args.repeat > 1:
+                print(f"round {turn} of {args.repeat}", flush=True)
+            bare = run_bare(args, body, n)
+            for index in indexes:
+                served, sustained = run_serve(args, body, n, tmp / f"serve-{index}-{turn}", index)
+                ratios[index].append((served.rate / bare.rate, sustained / bare.rate))
+                print(f"  ratio (b)/(a){f' [{index}]' if index else ''}: {served.rate / bare.rate:.2f} accepted, "
+                      f"{sustained / bare.rate:.2f} sustained (goal >= {GOALS.get(index or 'native', 0.5)})",
+                      flush=True)
+                shutil.rmtree(tmp / f"serve-{index}-{turn}", ignore_errors=True)
+        if args.repeat > 1:
+            for index, pairs in ratios.items():
+                accepted = statistics.median(a for a, _ in pairs)
+                sustained = statistics.median(s for _, s in pairs)
+                print(f"median of {len(pairs)}{f' [{index}]' if index else ''}: {accepted:.2f} accepted, "
+                      f"{sustained:.2f} sustained (each: {', '.join(f'{s:.2f}' for _, s in pairs)}; "
+                      f"goal >= {GOALS.get(index or 'native', 0.5)})", flush=True)
         if args.no_rotel:
             pass
         elif rotel_available():
