@@ -120,55 +120,71 @@ class Journal:
             view = view[written:]
 
     def repair(self) -> int:
-        """Truncate a torn tail (for the one process that owns the file, at start-up); returns bytes dropped."""
+        """Truncate a torn tail (for the one process that owns the file, at start-up); returns bytes dropped.
+        Reads only the tail: the file may be large."""
         try:
-            data = self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
             return 0
-        if not data or data.endswith(b"\n"):
-            return 0
-        keep = data.rfind(b"\n") + 1
-        with open(self.path, "r+b") as f:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        return len(data) - keep
+        try:
+            size = os.fstat(fd).st_size
+            if self._ends_with_newline(fd):
+                return 0
+            keep, end = 0, size
+            while end > 0:  # back to the last newline, 64 KiB at a time
+                start = max(0, end - 65536)
+                newline = os.pread(fd, end - start, start).rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                end = start
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+            return size - keep
+        finally:
+            os.close(fd)
 
     # ---------------------------------------------------------------- reading
 
     def read(self, parse: Callable[[Any], T] | None = None, *, keep_torn: bool = True,
-             what: str = "not a journal line") -> JournalRead[T]:
+             what: str = "not a journal line", into: Callable[[T], object] | None = None) -> JournalRead[T]:
         """Every record, in file order; `parse(obj)` validates or converts one (raise ValueError to reject).
 
         `what` opens the problem note of a bad line ("not a ledger row").
         A missing file is empty. An unterminated last line is torn: reported, and kept only when it
         parses whole and `keep_torn` (a record without its newline is complete; one cut short is not JSON).
+        With `into`, each record is handed to it instead of kept (a large file, read in bounded memory).
         """
         out: JournalRead[T] = JournalRead()
+        keep = into or out.records.append
         try:
-            data = self.path.read_bytes()
+            f = open(self.path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty journal
         except FileNotFoundError:
             return out
-        lines = data.split(b"\n")
-        out.torn = lines[-1] != b""
-        for number, raw in enumerate(lines, 1):
-            last = number == len(lines)
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-                record: T = parse(obj) if parse is not None else obj
-            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, pydantic's ValidationError
-                if last and out.torn:
-                    out.problems.append(f"{self.label}:{number}: torn last line ({len(raw)} bytes) skipped: "
-                                        "the writer was cut short (killed, or a full disk)")
-                else:
-                    out.problems.append(f"{self.label}:{number}: {what}, skipped: {_short(exc)}")
-                continue
-            if last and out.torn:
-                if not keep_torn:
-                    out.problems.append(f"{self.label}:{number}: torn last line (no newline) dropped")
-                    continue
-                out.problems.append(f"{self.label}:{number}: last line has no newline (kept, it parses)")
-            out.records.append(record)
+        with f:
+            for number, raw in enumerate(f, 1):
+                last = not raw.endswith(b"\n")  # only the last line can lack its newline
+                out.torn = out.torn or last
+                self._read_line(raw, number, last, parse, keep_torn, what, keep, out)
         return out
+
+    def _read_line(self, raw: bytes, number: int, torn: bool, parse: Callable[[Any], T] | None, keep_torn: bool,
+                   what: str, keep: Callable[[T], object], out: JournalRead[T]) -> None:
+        if not raw.strip():
+            return
+        try:
+            obj = json.loads(raw)
+            record: T = parse(obj) if parse is not None else obj
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, pydantic's ValidationError
+            if torn:
+                out.problems.append(f"{self.label}:{number}: torn last line ({len(raw)} bytes) skipped: "
+                                    "the writer was cut short (killed, or a full disk)")
+            else:
+                out.problems.append(f"{self.label}:{number}: {what}, skipped: {_short(exc)}")
+            return
+        if torn:
+            if not keep_torn:
+                out.problems.append(f"{self.label}:{number}: torn last line (no newline) dropped")
+                return
+            out.problems.append(f"{self.label}:{number}: last line has no newline (kept, it parses)")
+        keep(record)

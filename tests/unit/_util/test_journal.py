@@ -100,3 +100,24 @@ def test_concurrent_writers_never_interleave_lines(tmp_path: Path) -> None:
     assert read.problems == [] and len(read.records) == writers * per
     for w in range(writers):  # each writer's lines in its own order
         assert [r["n"] for r in read.records if r["n"] // 1000 == w] == [w * 1000 + i for i in range(per)]
+
+
+def test_records_can_be_streamed_into_a_callback_instead_of_kept(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "j.ndjsonl")
+    journal.append([{"n": i} for i in range(5)])
+    journal.close()
+    seen: list[int] = []
+    read = journal.read(_needs_n, into=lambda r: seen.append(r["n"]))
+    assert seen == [0, 1, 2, 3, 4] and read.records == [] and read.problems == []
+
+
+def test_a_torn_tail_longer_than_the_repair_window_is_cut_at_the_last_newline(tmp_path: Path) -> None:
+    path = tmp_path / "j.ndjsonl"
+    journal = Journal(path)
+    journal.append({"n": 1})
+    tail = b'{"n": 2, "text": "' + b"x" * 200_000  # cut short, three reads back to the newline
+    with path.open("ab") as f:
+        f.write(tail)
+    assert journal.repair() == len(tail) and path.read_bytes() == b'{"n": 1}\n'
+    path.write_bytes(b"no newline anywhere")
+    assert journal.repair() == len(b"no newline anywhere") and path.read_bytes() == b""
