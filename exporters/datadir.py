@@ -32,7 +32,8 @@ replay) are the lines with `flagged: true`.
 Revisions replace: a late span rewrites `sessions/<slug>/` as revision N+1
 (a superset of N, see processors/assembler.py) and appends a new index line;
 the index keeps the history. Slugs are chosen once per session key and
-never change (the map is rebuilt from the index at start).
+never change (the key table, exporters/session_keys.py, is rebuilt from the
+index at start; it holds the recent keys in memory and the rest in SQLite).
 
 Crash safety: a revision directory is built beside its destination and
 renamed into place (`fsutil.write_directory`); only then is its index line
@@ -93,6 +94,7 @@ from wt_otel.components import CompletedSession, IndexedSession, StageContext, S
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
 from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
 from wt_otel.exporters.scenario_dir import render
+from wt_otel.exporters.session_keys import INDEXED, RAW, RENDERED, KeyState, SessionKeys
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord, SpanRefs
@@ -173,7 +175,7 @@ class DataDirStore:
 
     def __init__(self, data_dir: Path | str, metrics: Metrics | None = None, *, render: str = "all",
                  workers: int = 0, max_pending: int = 256, worker_target: str = DEFAULT_TARGET,
-                 job_timeout: float = 120.0) -> None:
+                 job_timeout: float = 120.0, keys_in_memory: int = 20_000) -> None:
         if render not in ("all", "flagged"):
             raise ValueError(f"datadir.render must be all or flagged, not {render!r}")
         self.render_mode = render
@@ -202,30 +204,15 @@ class DataDirStore:
         self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
         self.degraded: str | None = None
         self._clean_temp_dirs()
-        index = read_index(self.root)
-        self.recovery.extend(index.problems)
         self._index = Journal(self.root / INDEX)  # its descriptor is held for the store's lifetime
-        if index.torn_tail:  # its directory, if any, is re-indexed below from its envelope
-            dropped = self._index.repair()
+        dropped = self._index.repair()  # a torn last line (kill -9): its directory, if any, is re-indexed below
+        if dropped:
             self.recovery.append(f"{INDEX}: dropped a torn last line of {dropped} bytes")
-            index = read_index(self.root)
-        self._slugs: dict[str, str] = {}
-        self._revisions: dict[str, int] = {}
-        self._raw: set[str] = set()  # keys whose latest revision is not rendered (records.otlp.pb)
+        # every key's slug, revision and how it is kept: from the index, streamed (it may hold millions of lines)
+        self._keys = SessionKeys(keys_in_memory)
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
-        self._contents: dict[str, tuple[str | None, int | None]] = {}  # key -> (content digest, segment_pos)
-        self._indexed: set[str] = set()  # keys whose latest revision is kept by reference (its line: the index)
         self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
-        for e in index.entries:
-            self._slugs[e["key"]] = e["slug"]
-            self._revisions[e["key"]] = max(self._revisions.get(e["key"], 0), e.get("revision", 1))
-            by_reference = e.get("rendered") is False and isinstance(e.get("segments"), list)
-            (self._raw.add if e.get("rendered") is False and not by_reference else self._raw.discard)(e["key"])
-            (self._indexed.add if by_reference else self._indexed.discard)(e["key"])
-            content, pos = e.get("content"), e.get("segment_pos")
-            self._contents[e["key"]] = (content if isinstance(content, str) else None,
-                                        pos if isinstance(pos, int) and not isinstance(pos, bool) else None)
-        self._taken = set(self._slugs.values()) | {p.name for p in self.sessions.iterdir() if p.is_dir()}
+        self.recovery.extend(self._index.read(_index_entry, what="not an index entry", into=self._load).problems)
         self._reindex_orphans()
         if workers:
             try:
@@ -243,6 +230,16 @@ class DataDirStore:
 
     # ------------------------------------------------------------------ start-up repair
 
+    def _load(self, e: dict[str, Any]) -> None:
+        """One index line, in file order: the last line of a key is its current revision."""
+        state = self._keys.get(e["key"]) or self._keys.add(e["key"], e["slug"])
+        state.revision = max(state.revision, e.get("revision", 1))
+        by_reference = e.get("rendered") is False and isinstance(e.get("segments"), list)
+        state.kept = INDEXED if by_reference else RAW if e.get("rendered") is False else RENDERED
+        content, pos = e.get("content"), e.get("segment_pos")
+        state.content = content if isinstance(content, str) else None
+        state.pos = pos if isinstance(pos, int) and not isinstance(pos, bool) else None
+
     def _clean_temp_dirs(self) -> None:
         """Remove half-built revisions; put back a previous revision caught mid-swap."""
         for p in list(self.sessions.iterdir()):
@@ -256,10 +253,10 @@ class DataDirStore:
 
     def _reindex_orphans(self) -> None:
         """A directory without an index line (killed between rename and append): index it from its envelope."""
-        indexed = set(self._slugs.values())
         for d in sorted(self.sessions.iterdir()):
-            if d.name.startswith(".") or d.name in indexed or not d.is_dir():
+            if d.name.startswith(".") or not d.is_dir() or self._keys.key_of(d.name) is not None:
                 continue
+            self._keys.reserve(d.name)  # whatever it turns out to be, its name is not given to another session
             if (d / META_FILE).is_file() and not (d / ENVELOPE).exists():
                 self._reindex_raw(d)
                 continue
@@ -276,13 +273,13 @@ class DataDirStore:
             except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
                 self.recovery.append(f"{SESSIONS}/{d.name}: not a wt-otel session directory ({e}); left alone")
                 continue
-            if key in self._slugs:  # an older slug of a known key cannot happen; be safe
+            if key in self._keys:  # an older slug of a known key cannot happen; be safe
                 continue
             source = env.get("source") or {}
-            entry = self._entry_from(key, d.name, self._revisions.get(key, 0) + 1, prov, source, env)
+            entry = self._entry_from(key, d.name, 1, prov, source, env)
             entry["recovered"] = True
             self._append(entry)
-            self._slugs[key], self._revisions[key] = d.name, entry["revision"]
+            self._keys.add(key, d.name).revision = 1
             self._recovered.add(key)
             self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its envelope")
 
@@ -296,16 +293,16 @@ class DataDirStore:
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             self.recovery.append(f"{SESSIONS}/{d.name}: not a wt-otel session directory ({e}); left alone")
             return
-        if key in self._slugs:
+        if key in self._keys:
             return
-        entry = {"v": 1, "key": key, "slug": d.name, "revision": self._revisions.get(key, 0) + 1,
+        entry = {"v": 1, "key": key, "slug": d.name, "revision": 1,
                  **{k: meta.get(k) for k in ("complete", "trace_ids", "conversation_id", "service", "started",
                                              "ended", "flagged", "flag_ref", "flag_reason")},
                  "redacted": False, "path": f"{SESSIONS}/{d.name}", "files": sorted(p.name for p in d.iterdir()),
                  "rendered": False, "written_at": utc_now_iso(), "recovered": True}
         self._append(entry)
-        self._slugs[key], self._revisions[key] = d.name, entry["revision"]
-        self._raw.add(key)
+        state = self._keys.add(key, d.name)
+        state.revision, state.kept = 1, RAW
         self._recovered.add(key)
         self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its {META_FILE}")
 
@@ -314,14 +311,15 @@ class DataDirStore:
     def has_key(self, key: str) -> bool:
         """Whether a session with this key was ever written here (the assembler avoids reusing it)."""
         with self._lock:
-            return key in self._slugs
+            return key in self._keys
 
     def replayable(self, key: str, start: int) -> bool:
         """Whether the key's latest revision came from records at or past segment position `start` (serve replays
         them), or was re-indexed at this start: a directory written before a crash took its index line with it,
         and serve's checkpoint never passes a session whose line is not in, so its records are in the replay."""
         with self._lock:
-            pos = self._contents.get(key, (None, None))[1]
+            state = self._keys.get(key)
+            pos = state.pos if state is not None else None
             return key in self._recovered or (pos is not None and pos >= start)
 
     def pinned_position(self) -> int:
@@ -350,15 +348,16 @@ class DataDirStore:
         lowest = min(by_pos)
         with self._lock:
             key = indexed.key
-            if self._contents.get(key, (None, None))[0] == content and max(by_pos) < self.replayed_below:
+            state = self._keys.get(key)
+            if state is not None and state.content == content and max(by_pos) < self.replayed_below:
                 self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
                 return True
             conv = indexed.conversation_id  # the one string from the trace (ids are hex): made JSON-safe here
             conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
-            slug = self._slugs.get(key)
-            if slug is None:
-                slug = self._slugs[key] = unique_slug(conv or key, key, self._taken)
-            revision = self._revisions[key] = self._revisions.get(key, 0) + 1
+            if state is None:
+                state = self._keys.add(key, unique_slug(conv or key, key, self._keys.taken))
+            state.revision += 1
+            slug, revision = state.slug, state.revision
             entry = {"v": 1, "key": key, "slug": slug, "revision": revision, "complete": indexed.complete,
                      "trace_ids": indexed.trace_ids, "conversation_id": conv, "service": None,
                      "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
@@ -377,7 +376,9 @@ class DataDirStore:
         from wt_otel.serve.segments import SEGMENTS as SEGMENT_DIR
         from wt_otel.serve.segments import spans_of
 
-        entry = next((e for e in reversed(read_index(self.root).entries) if e["key"] == key), {})
+        found: list[dict[str, Any]] = [{}]  # the key's last line, read as a stream: the index may be large
+        Journal(self.root / INDEX).read(_index_entry, into=lambda e: found.append(e) if e["key"] == key else None)
+        entry = found[-1]
         try:
             refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
                     for pos, ordinals in entry.get("segments") or []]
@@ -391,12 +392,13 @@ class DataDirStore:
         session.warnings.extend(str(w) for w in entry.get("warnings") or [])
         return session
 
-    def slug_for(self, session: Session) -> str:
-        slug = self._slugs.get(session.key)
-        if slug is None:
-            slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, self._taken)
-            self._slugs[session.key] = slug
-        return slug
+    def _state_for(self, session: Session) -> KeyState:
+        """The session key's state; a new key gets its slug (never changed after)."""
+        state = self._keys.get(session.key)
+        if state is None:
+            text = session.flag_ref or session.conversation_id or session.key
+            state = self._keys.add(session.key, unique_slug(text, session.key, self._keys.taken))
+        return state
 
     def write(self, session: Session, spans: object = None) -> Written | None:
         """Write (or rewrite, as the next revision) one session's directory, then its index line.
@@ -443,8 +445,8 @@ class DataDirStore:
         """Rebuilt from serve's segment log after a restart with the very records written before: no new
         revision (outside a replay, the same spans sent again still make one, as before)."""
         content = _content(spans)[0]
-        if content is not None and self._contents.get(session.key, (None, None))[0] == content and \
-                max(_positions(spans), default=-1) < self.replayed_below:
+        state = self._keys.get(session.key) if content is not None else None
+        if state is not None and state.content == content and max(_positions(spans), default=-1) < self.replayed_below:
             self.metrics.inc("wt_otel_sessions_unchanged_total")
             return True
         return False
@@ -453,8 +455,8 @@ class DataDirStore:
         if self._unchanged(session, spans):
             return None
         try:
-            slug = self.slug_for(session)
-            revision = self._revisions.get(session.key, 0) + 1
+            state = self._state_for(session)
+            slug, revision = state.slug, state.revision + 1
             job = self._render_job(session, spans, slug)
             try:
                 files = job_files(job, render)  # this module's `render`: the seam fault tests replace
@@ -475,13 +477,13 @@ class DataDirStore:
             else:
                 self._quarantine(session, spans, f"cannot write {dest}: {e}")
             return None
-        self._revisions[session.key] = revision
-        self._written(session.key, job.raw, entry)
+        self._written(session.key, revision, job.raw, entry)
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
-    def _written(self, key: str, raw: bool, entry: dict[str, Any]) -> None:
-        (self._raw.add if raw else self._raw.discard)(key)
-        self._contents[key] = (entry.get("content"), entry.get("segment_pos"))
+    def _written(self, key: str, revision: int, raw: bool, entry: dict[str, Any]) -> None:
+        state = self._known_state(key)
+        state.revision = max(state.revision, revision)
+        state.kept, state.content, state.pos = RAW if raw else RENDERED, entry.get("content"), entry.get("segment_pos")
         self.metrics.inc("wt_otel_sessions_written_total")
         if raw:
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
@@ -514,7 +516,7 @@ class DataDirStore:
             if self._unchanged(session, spans):
                 return False
             try:
-                slug = self.slug_for(session)
+                slug = self._state_for(session).slug
                 job = self._render_job(session, spans, slug)
             except Exception as e:  # noqa: BLE001 - as in `write`
                 self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
@@ -525,8 +527,9 @@ class DataDirStore:
             # Added after the wait: this job is not committed before `submit` returns (the pipeline sets
             # `done.resume` once it does).
             self._seq += 1
-            revision = self._revisions.get(session.key, 0) + 1
-            self._revisions[session.key] = revision  # reserved: a later revision of the key follows it
+            state = self._state_for(session)
+            state.revision += 1  # reserved: a later revision of the key follows it
+            revision = state.revision
             self._jobs[self._seq] = _Job(self._seq, session.key, slug, revision, done, job)
             self._collect_locked(0)
             self.metrics.set("wt_otel_render_pending", len(self._jobs))
@@ -616,8 +619,9 @@ class DataDirStore:
 
     def _gone_locked(self, job: _Job) -> None:
         job.state = "gone"
-        if self._revisions.get(job.key) == job.revision:  # give the reserved revision back
-            self._revisions[job.key] = job.revision - 1
+        state = self._keys.get(job.key)
+        if state is not None and state.revision == job.revision:  # give the reserved revision back
+            state.revision = job.revision - 1
 
     def _commit_locked(self) -> list[tuple[CompletedSession, Written]]:
         """Index lines for the finished jobs at the head of the order, appended together (one fsync)."""
@@ -648,7 +652,7 @@ class DataDirStore:
         self.metrics.inc("wt_otel_index_commits_total")
         out = []
         for job, entry in zip(ready, entries, strict=True):
-            self._written(job.key, job.render.raw, entry)
+            self._written(job.key, job.revision, job.render.raw, entry)
             out.append((job.done, Written(path=Path(job.render.dest), slug=job.slug, revision=job.revision,
                                           entry=entry)))
         return out
@@ -667,17 +671,20 @@ class DataDirStore:
 
     def resolve(self, name: str) -> tuple[str, str]:
         """(key, slug) of a session named by its slug, key or directory; ValueError naming a few known ones."""
-        slug = self._slugs.get(name) or Path(name).name
-        key = next((k for k, v in self._slugs.items() if v == slug), None)
+        state = self._keys.get(name)
+        slug = state.slug if state is not None else Path(name).name
+        key = self._keys.key_of(slug)
         if key is None:
-            known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
-            raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
+            raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {self._known()})")
         return key, slug
+
+    def _known(self) -> str:
+        return ", ".join(self._keys.slugs(10)) or "none"
 
     def unrendered(self) -> list[str]:
         """Keys whose latest revision is kept as records only or by reference, in index order."""
         with self._lock:
-            return [k for k in self._slugs if k in self._raw or k in self._indexed]
+            return list(self._keys.keys((RAW, INDEXED)))
 
     def render(self, name: str) -> Written | None:
         """Render a session kept as records or by reference (render: flagged) into its six files, as a new
@@ -685,11 +692,23 @@ class DataDirStore:
         records cannot be read back."""
         with self._lock:
             key, slug = self.resolve(name)
-            if key in self._indexed:
+            kept = self._kept(key)
+            if kept == INDEXED:
                 return self._render_raw_locked(self._indexed_session(key), slug)
-            if key not in self._raw:
+            if kept != RAW:
                 return None
             return self._render_raw_locked(self._session_from_raw(key, slug), slug)
+
+    def _known_state(self, key: str) -> KeyState:
+        """The state of a key given its slug earlier (by `_state_for`, `keep_indexed` or the start)."""
+        state = self._keys.get(key)
+        if state is None:
+            raise KeyError(f"session key {key!r} has no slug")
+        return state
+
+    def _kept(self, key: str) -> str | None:
+        state = self._keys.get(key)
+        return state.kept if state is not None else None
 
     def _session_from_raw(self, key: str, slug: str) -> Session:
         """The Session the pipeline had when it kept these records: built again, with the stages' fields back."""
@@ -713,12 +732,11 @@ class DataDirStore:
         dest = self.sessions / slug
         files = job_files(RenderJob(str(dest), slug, session=session), render)
         self.write_dir(dest, files, force=True, durable=True)
-        revision = self._revisions.get(session.key, 0) + 1
+        revision = self._state_for(session).revision + 1
         entry = self._entry(session, slug, revision, sorted(files), rendered=True)
         self._append(entry)
-        self._revisions[session.key] = revision
-        self._raw.discard(session.key)
-        self._indexed.discard(session.key)
+        state = self._state_for(session)
+        state.revision, state.kept = revision, RENDERED
         self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -729,18 +747,19 @@ class DataDirStore:
         `name` is the session's slug, its key, or its directory. ValueError when there is no such session.
         """
         with self._lock:
-            slug = self._slugs.get(name) or Path(name).name
-            key = next((k for k, v in self._slugs.items() if v == slug), None)
+            state = self._keys.get(name)
+            slug = state.slug if state is not None else Path(name).name
+            key = self._keys.key_of(slug)
             directory = self.sessions / slug
-            if key is not None and (key in self._raw or key in self._indexed):  # rendered now, as the incident
-                session = self._indexed_session(key) if key in self._indexed else self._session_from_raw(key, slug)
+            kept = self._kept(key) if key is not None else None
+            if key is not None and kept in (RAW, INDEXED):  # rendered now, as the incident
+                session = self._indexed_session(key) if kept == INDEXED else self._session_from_raw(key, slug)
                 ref = ref or (session.flag_ref if session.flagged else None) or key
                 session.flagged, session.flag_ref, session.flag_reason = True, ref, reason
                 session.flag_refs = [ref]
                 return self._render_raw_locked(session, slug)
             if key is None or not (directory / ENVELOPE).is_file():
-                known = ", ".join(sorted(self._slugs.values())[:10]) or "none"
-                raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {known})")
+                raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {self._known()})")
             env = json.loads((directory / ENVELOPE).read_text(encoding="utf-8"))
             source = env.setdefault("source", {})
             ref = ref or (source.get("ref") if source.get("flag") else None) or key
@@ -754,13 +773,13 @@ class DataDirStore:
                 data["tags"] = [f"origin:{ref}", *[t for t in tags if t != "unreviewed"], "unreviewed"]
                 _rewrite(scenario, "# flagged by hand (wt-otel flag); the skeleton's comments were dropped\n"
                          + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-            revision = self._revisions.get(key, 0) + 1
+            state = self._known_state(key)
+            revision = state.revision + 1
             entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
-            content, pos = self._contents.get(key, (None, None))
-            if content is not None:  # the same records: a replay must not undo the flag with a "new" revision
-                entry["content"], entry["segment_pos"] = content, pos
+            if state.content is not None:  # the same records: a replay must not undo the flag with a "new" revision
+                entry["content"], entry["segment_pos"] = state.content, state.pos
             self._append(entry)
-            self._revisions[key] = revision
+            self._known_state(key).revision = revision  # fetched again: appending may have used many keys
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
     def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
         """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""
@@ -878,9 +897,9 @@ class DataDirStore:
     def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]]) -> None:
         entries = [e for e, _ in lines]
         for e in entries:
-            self._indexed.add(e["key"])
-            self._raw.discard(e["key"])
-            self._contents[e["key"]] = (e["content"], e["segment_pos"])
+            state = self._keys.get(e["key"])
+            if state is not None:  # always: `keep_indexed` gave it its slug
+                state.kept, state.content, state.pos = INDEXED, e["content"], e["segment_pos"]
         if self.on_indexed is not None:
             self.on_indexed(entries)
         if entries:
@@ -904,6 +923,7 @@ class DataDirStore:
                           self.root, self.degraded, len(self._deferred), ", ".join(self._deferred))
                 self.metrics.inc("wt_otel_sessions_lost_total", len(self._deferred))
             self._index.close()
+            self._keys.close()
             if not self._lockfile.closed:
                 self._lockfile.close()
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 _UNSAFE = re.compile(r"[^a-z0-9]+")
 MAX_SLUG = 48
@@ -25,7 +26,15 @@ def safe_slug(text: str, fallback: str = "session") -> str:
     return slug or fallback
 
 
-def unique_slug(text: str, key: str, taken: set[str]) -> str:
+class Taken(Protocol):
+    """The slugs already given out: a set, or a view over a larger table (exporters/session_keys.py)."""
+
+    def __contains__(self, slug: object, /) -> bool: ...
+
+    def add(self, slug: str, /) -> None: ...
+
+
+def unique_slug(text: str, key: str, taken: Taken) -> str:
     """`safe_slug(text)`, or with a short hash of `key` appended when already taken (deterministic)."""
     slug = safe_slug(text)
     if slug in taken:

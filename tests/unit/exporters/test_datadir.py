@@ -106,3 +106,33 @@ def test_crash_leftovers_are_cleaned_and_a_mid_swap_revision_is_restored(tmp_pat
     assert sorted(p.name for p in sessions.iterdir()) == [w.slug]
     assert sorted(p.name for p in w.path.iterdir()) == FILES
     assert read_index(tmp_path).problems == []
+
+
+def test_keys_out_of_memory_keep_their_slugs_revisions_and_kind_across_restarts(tmp_path):
+    """The key table holds 16 keys in memory here; the other sessions' keys live in SQLite and must work alike."""
+    def kept(n: int):  # with its records: kept as records, not rendered
+        spans = weather_session(tid(n))
+        return build_session(spans), spans
+
+    store = DataDirStore(tmp_path, render="flagged", keys_in_memory=16)
+    first = [store.write(*kept(n)) for n in range(1, 41)]
+    assert all(store.has_key(tid(n)) for n in range(1, 41)) and not store.has_key(tid(41))
+    assert store.unrendered() == [tid(n) for n in range(1, 41)]  # kept as records, in index order
+    assert store.resolve(first[0].slug) == (tid(1), first[0].slug)
+    again = store.write(*kept(1))  # long out of memory: its next revision, in its own directory
+    assert (again.slug, again.revision) == (first[0].slug, 2)
+    rendered = store.render(first[1].slug)
+    assert rendered is not None and rendered.revision == 2 and store.render(first[1].slug) is None
+    store.close()
+    store = DataDirStore(tmp_path, render="flagged", keys_in_memory=16)  # rebuilt from the index, streamed
+    assert store.unrendered() == [tid(1), *(tid(n) for n in range(3, 41))]
+    late = store.write(*kept(3))
+    assert (late.slug, late.revision) == (first[2].slug, 2)
+    flagged = store.flag(first[3].slug, ref="INC-9")
+    assert flagged.slug == first[3].slug and flagged.revision == 2 and flagged.entry["flagged"]
+    with pytest.raises(ValueError, match="no session 'nope'"):
+        store.resolve("nope")
+    c, spans = kept(41)
+    c.conversation_id = first[5].slug  # a slug only SQLite knows is taken
+    assert store.write(c, spans).slug not in {w.slug for w in first}
+    store.close()

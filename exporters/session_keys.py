@@ -1,0 +1,193 @@
+"""What the data-dir store knows of every session key it holds, in bounded memory.
+
+Per key: its slug (chosen once, never changed), its latest revision, how that revision is kept
+(rendered, raw records, or by reference to serve's segment log) and which records it came from
+(content digest, lowest segment position: restart dedupe). A serve that runs for months writes
+millions of keys; held in dicts they cost ~0.5 KiB each, forever. So the most recently used keys live
+in memory (`hot` of them) and the rest in a private SQLite database that SQLite keeps in a temporary
+file (deleted when closed) with a page cache of a few MiB.
+
+The table is derived state: the index (`sessions.ndjsonl`) is the truth, and the store rebuilds the
+table from it at each start. So the database needs no durability (no fsync), and if it
+cannot be written (a full temporary directory) the keys simply stay in memory, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+log = logging.getLogger("wt_otel.datadir")
+
+RENDERED, RAW, INDEXED = "rendered", "raw", "indexed"  # how a key's latest revision is kept
+
+_SCHEMA = """
+CREATE TABLE keys (key TEXT PRIMARY KEY, slug TEXT NOT NULL, revision INTEGER NOT NULL, kept TEXT NOT NULL,
+                   content TEXT, pos INTEGER, seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX keys_slug ON keys (slug);
+"""
+_COLUMNS = "slug, revision, kept, content, pos, seq"
+
+
+@dataclass(slots=True)
+class KeyState:
+    """One key's state; mutate it in place (the table writes it back when it leaves memory)."""
+
+    slug: str
+    revision: int = 0
+    kept: str = RENDERED
+    content: str | None = None  # digest of the records the latest revision was built from
+    pos: int | None = None  # their lowest position in serve's segment log
+    seq: int = 0  # first-seen order (index order)
+
+
+class SessionKeys:
+    """key -> `KeyState`, and slug -> key: the `hot` most recently used in memory, the rest in SQLite.
+
+    Not thread-safe: the store calls it under its lock. A state returned by `get`/`add` stays in memory
+    until `hot // 4` other keys have been used after it, so a caller may hold it across a few calls.
+    """
+
+    def __init__(self, hot: int = 20_000) -> None:
+        self.hot = max(16, hot)
+        self._reserved: set[str] = set()  # names on disk that no key has (foreign directories): taken too
+        # "never seen" for sure, without asking SQLite: most lookups are of new keys and slugs
+        self._seen_keys, self._seen_slugs = _Bloom(), _Bloom()
+        self._mem: OrderedDict[str, KeyState] = OrderedDict()  # least recently used first
+        self._by_slug: dict[str, str] = {}  # slug -> key, for the keys in memory
+        self._seq = 0
+        self._spill_at = self.hot  # past this many in memory, move the oldest quarter out
+        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)  # "": a private temp file
+        # no fsync (derived state); the rollback journal in memory, so a failed write (full) leaves the table whole
+        self._db.executescript("PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF;" + _SCHEMA)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._mem or (isinstance(key, str) and key in self._seen_keys and self._row(key) is not None)
+
+    def get(self, key: str) -> KeyState | None:
+        """The key's state (brought into memory), or None for a key never seen."""
+        state = self._mem.get(key)
+        if state is not None:
+            self._mem.move_to_end(key)
+            return state
+        row = self._row(key) if key in self._seen_keys else None
+        if row is None:
+            return None
+        return self._keep(key, KeyState(*row))
+
+    def add(self, key: str, slug: str) -> KeyState:
+        """A new key with its slug (see `taken` for choosing one), revision 0."""
+        self._seq += 1
+        self._seen_keys.add(key)
+        self._seen_slugs.add(slug)
+        return self._keep(key, KeyState(slug, seq=self._seq))
+
+    def reserve(self, name: str) -> None:
+        """A name on disk no key has (a directory start-up left alone): never given out as a slug."""
+        self._reserved.add(name)
+
+    def slug_taken(self, slug: str) -> bool:
+        return slug in self._by_slug or slug in self._reserved or self.key_of(slug) is not None
+
+    def key_of(self, slug: str) -> str | None:
+        """The key a slug was given to, or None."""
+        key = self._by_slug.get(slug)
+        if key is not None or slug not in self._seen_slugs:
+            return key
+        row = self._db.execute("SELECT key FROM keys WHERE slug = ? LIMIT 1", (slug,)).fetchone()
+        return None if row is None or row[0] in self._mem else row[0]  # in memory: its slug is `_by_slug`'s
+
+    @property
+    def taken(self) -> _Taken:
+        """For `unique_slug`: a slug is taken when a key has it or a directory bears it."""
+        return _Taken(self)
+
+    def keys(self, kept: tuple[str, ...] | None = None) -> Iterator[str]:
+        """Every key (or those whose latest revision is kept one of these ways), in first-seen order."""
+        self._spill(all_keys=True)
+        where, args = ("", ()) if kept is None else (f"WHERE kept IN ({','.join('?' * len(kept))})", kept)
+        for (key,) in self._db.execute(f"SELECT key FROM keys {where} ORDER BY seq", args):  # noqa: S608 - ours
+            yield key
+
+    def slugs(self, limit: int) -> list[str]:
+        """A few slugs, sorted (error messages name some known sessions)."""
+        self._spill(all_keys=True)
+        return [s for (s,) in self._db.execute("SELECT slug FROM keys ORDER BY slug LIMIT ?", (limit,))]
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------------ memory <-> SQLite
+
+    def _row(self, key: str) -> tuple[str, int, str, str | None, int | None, int] | None:
+        row: tuple[str, int, str, str | None, int | None, int] | None = self._db.execute(
+            f"SELECT {_COLUMNS} FROM keys WHERE key = ?", (key,)).fetchone()  # noqa: S608 - constant columns
+        return row
+
+    def _keep(self, key: str, state: KeyState) -> KeyState:
+        self._mem[key] = state
+        self._by_slug[state.slug] = key
+        if len(self._mem) > self._spill_at:
+            self._spill()
+        return state
+
+    def _spill(self, all_keys: bool = False) -> None:
+        """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
+        n = len(self._mem) if all_keys else self.hot // 4
+        items = list(self._mem.items())[:n]
+        try:
+            with self._db:  # one transaction (rolled back whole on an error), not one per row
+                self._db.execute("BEGIN")
+                self._db.executemany(f"INSERT OR REPLACE INTO keys (key, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                     [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items])
+        except sqlite3.Error as e:  # its temporary directory is full, say: keep them in memory, try again later
+            if self._spill_at == self.hot:
+                log.warning("cannot move session keys out of memory (%s); keeping all %d in memory for now",
+                            e, len(self._mem))
+            self._spill_at = len(self._mem) + self.hot
+            return
+        self._spill_at = self.hot
+        if all_keys:
+            return
+        for key, state in items:
+            del self._mem[key]
+            if self._by_slug.get(state.slug) == key:
+                del self._by_slug[state.slug]
+
+
+class _Bloom:
+    """A fixed-size Bloom filter over strings: `in` False means never added. 1 MiB whatever the count
+    (~3% false "maybe"s at a million keys, which then cost a lookup). Python's `hash`: this process only."""
+
+    def __init__(self, bits: int = 1 << 23) -> None:
+        self._bits = bytearray(bits // 8)
+        self._mask = bits - 1
+
+    def _positions(self, text: str) -> tuple[int, int, int]:
+        h, mask = hash(text), self._mask
+        return h & mask, (h >> 20) & mask, (h >> 40) & mask
+
+    def add(self, text: str) -> None:
+        for p in self._positions(text):
+            self._bits[p >> 3] |= 1 << (p & 7)
+
+    def __contains__(self, text: str) -> bool:
+        a, b, c = self._positions(text)
+        bits = self._bits
+        return bool(bits[a >> 3] & (1 << (a & 7)) and bits[b >> 3] & (1 << (b & 7)) and bits[c >> 3] & (1 << (c & 7)))
+
+
+class _Taken:
+    """The `in` / `add` view `unique_slug` asks; `add` is a no-op: the caller then `add`s the key."""
+
+    def __init__(self, keys: SessionKeys) -> None:
+        self._keys = keys
+
+    def __contains__(self, slug: object) -> bool:
+        return isinstance(slug, str) and self._keys.slug_taken(slug)
+
+    def add(self, slug: str) -> None:
+        pass

@@ -1,0 +1,75 @@
+"""The store's key table: recent keys in memory, the rest in SQLite, nothing lost either way."""
+
+from __future__ import annotations
+
+import logging
+import tracemalloc
+
+from wt_otel.exporters.session_keys import INDEXED, RAW, RENDERED, SessionKeys
+
+
+def fill(keys: SessionKeys, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        state = keys.add(f"key-{i}", f"slug-{i}")
+        state.revision, state.kept = i % 3 + 1, (RENDERED, RAW, INDEXED)[i % 3]
+        state.content, state.pos = f"digest-{i}", i * 10
+
+
+def test_keys_leave_memory_and_come_back_whole() -> None:
+    keys = SessionKeys(hot=16)
+    fill(keys, 200)
+    assert len(keys._mem) <= 16  # the rest went to SQLite
+    for i in range(200):
+        assert f"key-{i}" in keys
+        state = keys.get(f"key-{i}")
+        assert state is not None and (state.slug, state.revision, state.content, state.pos) == \
+            (f"slug-{i}", i % 3 + 1, f"digest-{i}", i * 10)
+        assert keys.key_of(f"slug-{i}") == f"key-{i}"
+    assert "key-200" not in keys and keys.get("key-200") is None and keys.key_of("slug-200") is None
+    # first-seen order survives the trips, and a change made in memory wins over the copy in SQLite
+    keys.get("key-0").kept = RAW  # type: ignore[union-attr]
+    assert list(keys.keys((RAW,))) == ["key-0", *(f"key-{i}" for i in range(1, 200) if i % 3 == 1)]
+    assert list(keys.keys()) == [f"key-{i}" for i in range(200)]
+    assert keys.slugs(3) == ["slug-0", "slug-1", "slug-10"]
+    keys.close()
+
+
+def test_a_slug_is_taken_by_a_key_in_memory_in_sqlite_or_a_name_on_disk() -> None:
+    keys = SessionKeys(hot=16)
+    fill(keys, 100)
+    keys.reserve("on-disk")
+    taken = keys.taken
+    assert "slug-0" in taken and "slug-99" in taken and "on-disk" in taken
+    assert "slug-100" not in taken and 7 not in taken
+    keys.close()
+
+
+def test_memory_stays_flat_however_many_keys() -> None:
+    keys = SessionKeys(hot=256)
+    fill(keys, 2_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        fill(keys, 8_000, start=2_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 8_000 * 40, grown  # in dicts the 8,000 keys would hold ~4 MB (~500 B each)
+    assert keys.get("key-5") is not None and keys.get("key-9999") is not None
+    keys.close()
+
+
+def test_when_sqlite_cannot_take_them_the_keys_stay_in_memory(caplog) -> None:
+    keys = SessionKeys(hot=16)
+    fill(keys, 20)
+    pages = keys._db.execute("PRAGMA page_count").fetchone()[0]
+    keys._db.execute(f"PRAGMA max_page_count = {pages}")  # a full temporary directory: every write fails
+    with caplog.at_level(logging.WARNING, logger="wt_otel.datadir"):
+        fill(keys, 2_000, start=20)
+    assert len(keys._mem) > 1_000 and sum("cannot move session keys out of memory" in r.message
+                                          for r in caplog.records) == 1  # said once, not per key
+    assert all(keys.get(f"key-{i}") is not None for i in range(2_020))
+    keys._db.execute("PRAGMA max_page_count = 1073741823")  # space again: the next keys go out
+    fill(keys, 3_000, start=2_020)
+    assert len(keys._mem) <= 16 and keys.get("key-1500").slug == "slug-1500"  # type: ignore[union-attr]
+    keys.close()
