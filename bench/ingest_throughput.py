@@ -178,6 +178,7 @@ class RssSampler:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.samples, self.hwm = pid, [], 0
+        self.parts = ""  # at the end: RssAnon / RssFile / RssShmem (what grows: the heap, or mapped files)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -204,10 +205,15 @@ class RssSampler:
         self._thread.join()
         with contextlib.suppress(OSError, AttributeError):
             self.hwm = self._read()[1]
+            text = Path(f"/proc/{self.pid}/status").read_text()
+            kib = {k: int(v) for k, v in re.findall(r"(Rss\w+):\s+(\d+)", text)}
+            self.parts = " / ".join(f"{k[3:].lower()} {kib.get(k, 0) // 1024}"
+                                    for k in ("RssAnon", "RssFile", "RssShmem"))
 
     def summary(self) -> str:
         s = self.samples or [0]
-        return f"RSS start {s[0]} / max {max(s)} / end {s[-1]} MiB (VmHWM {self.hwm} MiB, {len(s)} samples)"
+        return f"RSS start {s[0]} / max {max(s)} / end {s[-1]} MiB (VmHWM {self.hwm} MiB, {len(s)} samples)" + \
+            (f"; at the end {self.parts} MiB" if self.parts else "")
 
 
 class Server:
