@@ -170,6 +170,8 @@ def test_a_late_flag_renders_the_session_kept_by_reference(fast_dir: Path) -> No
         assert post(server.http_url, "/v1/traces", traces_request([late]).SerializeToString()) == 200
         while not read_index(fast_dir).latest()[tid(8)]["rendered"] and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert server.store is not None  # the live store knows it is rendered now: nothing left to render
+        assert server.store.render(tid(8)) is None and tid(8) not in server.store.unrendered()
     finally:
         server.stop()
     latest = read_index(fast_dir).latest()[tid(8)]
