@@ -5,31 +5,33 @@ Per key: its slug (chosen once, never changed), its latest revision, how that re
 (content digest, lowest segment position: restart dedupe). A serve that runs for months writes
 millions of keys; held in dicts they cost ~0.5 KiB each, forever. So the most recently used keys live
 in memory (`hot` of them) and the rest in a private SQLite database that SQLite keeps in a temporary
-file (deleted when closed) with a page cache of a few MiB.
+file (deleted when closed) with a page cache of 8 MiB.
+
+Keys are random (trace ids), so one B-tree over all of them costs a page read and write per insert
+once it outgrows the cache (15 µs a key at 300,000 keys, growing). Keys leave memory instead into
+generation tables of `rows_per_table` rows each, the newest of which fits the cache (~3 µs a key at any
+count); a lookup asks the newest generation first. Lookups that reach SQLite are rare: Bloom filters
+answer "never seen" for the new keys and slugs that make up nearly every question.
 
 The table is derived state: the index (`sessions.ndjsonl`) is the truth, and the store rebuilds the
-table from it at each start. So the database needs no durability (no fsync), and if it
-cannot be written (a full temporary directory) the keys simply stay in memory, with a warning.
+table from it at each start. So the database needs no durability (no fsync), and if it cannot be
+written (a full temporary directory) the keys simply stay in memory, with a warning, until it can.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger("wt_otel.datadir")
 
 RENDERED, RAW, INDEXED = "rendered", "raw", "indexed"  # how a key's latest revision is kept
 
-_SCHEMA = """
-CREATE TABLE keys (key TEXT PRIMARY KEY, slug TEXT NOT NULL, revision INTEGER NOT NULL, kept TEXT NOT NULL,
-                   content TEXT, pos INTEGER, seq INTEGER NOT NULL) WITHOUT ROWID;
-CREATE INDEX keys_slug ON keys (slug);
-"""
 _COLUMNS = "slug, revision, kept, content, pos, seq"
+_Row = tuple[str, int, str, str | None, int | None, int]
 
 
 @dataclass(slots=True)
@@ -51,18 +53,20 @@ class SessionKeys:
     until `hot // 4` other keys have been used after it, so a caller may hold it across a few calls.
     """
 
-    def __init__(self, hot: int = 20_000) -> None:
+    def __init__(self, hot: int = 20_000, rows_per_table: int = 30_000) -> None:
         self.hot = max(16, hot)
+        self.rows_per_table = rows_per_table
         self._reserved: set[str] = set()  # names on disk that no key has (foreign directories): taken too
-        # "never seen" for sure, without asking SQLite: most lookups are of new keys and slugs
         self._seen_keys, self._seen_slugs = _Bloom(), _Bloom()
         self._mem: OrderedDict[str, KeyState] = OrderedDict()  # least recently used first
         self._by_slug: dict[str, str] = {}  # slug -> key, for the keys in memory
         self._seq = 0
         self._spill_at = self.hot  # past this many in memory, move the oldest quarter out
+        self._tables: list[str] = []  # generation tables, oldest first; a key's newest row is its state
+        self._rows = 0  # rows in the newest table
         self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)  # "": a private temp file
         # no fsync (derived state); the rollback journal in memory, so a failed write (full) leaves the table whole
-        self._db.executescript("PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF;" + _SCHEMA)
+        self._db.executescript("PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF; PRAGMA cache_size=-8192;")
 
     def __contains__(self, key: object) -> bool:
         return key in self._mem or (isinstance(key, str) and key in self._seen_keys and self._row(key) is not None)
@@ -97,35 +101,47 @@ class SessionKeys:
         key = self._by_slug.get(slug)
         if key is not None or slug not in self._seen_slugs:
             return key
-        row = self._db.execute("SELECT key FROM keys WHERE slug = ? LIMIT 1", (slug,)).fetchone()
-        return None if row is None or row[0] in self._mem else row[0]  # in memory: its slug is `_by_slug`'s
+        for table in reversed(self._tables):  # a key's slug never changes: any of its rows names it
+            row = self._db.execute(f"SELECT key FROM {table} WHERE slug = ? LIMIT 1", (slug,)).fetchone()  # noqa: S608
+            if row is not None:
+                return None if row[0] in self._mem else str(row[0])  # in memory: its slug is `_by_slug`'s
+        return None
 
     @property
     def taken(self) -> _Taken:
         """For `unique_slug`: a slug is taken when a key has it or a directory bears it."""
         return _Taken(self)
 
-    def keys(self, kept: tuple[str, ...] | None = None) -> Iterator[str]:
+    def keys(self, kept: tuple[str, ...] | None = None) -> list[str]:
         """Every key (or those whose latest revision is kept one of these ways), in first-seen order."""
         self._spill(all_keys=True)
-        where, args = ("", ()) if kept is None else (f"WHERE kept IN ({','.join('?' * len(kept))})", kept)
-        for (key,) in self._db.execute(f"SELECT key FROM keys {where} ORDER BY seq", args):  # noqa: S608 - ours
-            yield key
+        latest: dict[str, tuple[int, str]] = {}  # key -> (seq, kept) of its newest row
+        for table in reversed(self._tables):
+            for key, seq, how in self._db.execute(f"SELECT key, seq, kept FROM {table}"):  # noqa: S608 - ours
+                latest.setdefault(key, (seq, how))
+        return [k for k, (_, how) in sorted(latest.items(), key=lambda kv: kv[1][0]) if kept is None or how in kept]
 
     def slugs(self, limit: int) -> list[str]:
         """A few slugs, sorted (error messages name some known sessions)."""
         self._spill(all_keys=True)
-        return [s for (s,) in self._db.execute("SELECT slug FROM keys ORDER BY slug LIMIT ?", (limit,))]
+        found: set[str] = set()
+        for table in self._tables:
+            found.update(s for (s,) in self._db.execute(f"SELECT slug FROM {table} ORDER BY slug LIMIT ?",  # noqa: S608
+                                                        (limit,)))
+        return sorted(found)[:limit]
 
     def close(self) -> None:
         self._db.close()
 
     # ------------------------------------------------------------------ memory <-> SQLite
 
-    def _row(self, key: str) -> tuple[str, int, str, str | None, int | None, int] | None:
-        row: tuple[str, int, str, str | None, int | None, int] | None = self._db.execute(
-            f"SELECT {_COLUMNS} FROM keys WHERE key = ?", (key,)).fetchone()  # noqa: S608 - constant columns
-        return row
+    def _row(self, key: str) -> _Row | None:
+        for table in reversed(self._tables):
+            row: _Row | None = self._db.execute(f"SELECT {_COLUMNS} FROM {table} WHERE key = ?",  # noqa: S608 - ours
+                                                (key,)).fetchone()
+            if row is not None:
+                return row
+        return None
 
     def _keep(self, key: str, state: KeyState) -> KeyState:
         self._mem[key] = state
@@ -137,18 +153,30 @@ class SessionKeys:
     def _spill(self, all_keys: bool = False) -> None:
         """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
         n = len(self._mem) if all_keys else self.hot // 4
-        items = list(self._mem.items())[:n]
+        items = list(itertools.islice(self._mem.items(), n))
+        rows = sorted((k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items)  # B-tree order
+        new = not self._tables or self._rows >= self.rows_per_table
+        table = f"keys_{len(self._tables)}" if new else self._tables[-1]
         try:
-            with self._db:  # one transaction (rolled back whole on an error), not one per row
+            with self._db:  # one transaction (rolled back whole on an error, the new table too), not one per row
                 self._db.execute("BEGIN")
-                self._db.executemany(f"INSERT OR REPLACE INTO keys (key, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                     [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items])
+                if new:
+                    self._db.execute(f"CREATE TABLE {table} (key TEXT PRIMARY KEY, slug TEXT NOT NULL, "
+                                     "revision INTEGER NOT NULL, kept TEXT NOT NULL, content TEXT, pos INTEGER, "
+                                     "seq INTEGER NOT NULL) WITHOUT ROWID")
+                    self._db.execute(f"CREATE INDEX {table}_slug ON {table} (slug)")
+                self._db.executemany(f"INSERT OR REPLACE INTO {table} (key, {_COLUMNS}) "  # noqa: S608 - ours
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
         except sqlite3.Error as e:  # its temporary directory is full, say: keep them in memory, try again later
             if self._spill_at == self.hot:
                 log.warning("cannot move session keys out of memory (%s); keeping all %d in memory for now",
                             e, len(self._mem))
             self._spill_at = len(self._mem) + self.hot
             return
+        if new:
+            self._tables.append(table)
+            self._rows = 0
+        self._rows += len(rows)
         self._spill_at = self.hot
         if all_keys:
             return
@@ -159,24 +187,21 @@ class SessionKeys:
 
 
 class _Bloom:
-    """A fixed-size Bloom filter over strings: `in` False means never added. 1 MiB whatever the count
-    (~3% false "maybe"s at a million keys, which then cost a lookup). Python's `hash`: this process only."""
+    """A fixed-size Bloom filter over strings: `in` False means never added. 2 MiB whatever the count
+    (~0.5% false "maybe"s at a million keys, which then cost a lookup). Python's `hash`: this process only."""
 
-    def __init__(self, bits: int = 1 << 23) -> None:
+    def __init__(self, bits: int = 1 << 24) -> None:
         self._bits = bytearray(bits // 8)
         self._mask = bits - 1
 
-    def _positions(self, text: str) -> tuple[int, int, int]:
-        h, mask = hash(text), self._mask
-        return h & mask, (h >> 20) & mask, (h >> 40) & mask
-
     def add(self, text: str) -> None:
-        for p in self._positions(text):
-            self._bits[p >> 3] |= 1 << (p & 7)
+        h, mask, bits = hash(text), self._mask, self._bits
+        for p in (h & mask, (h >> 21) & mask, (h >> 42) & mask):
+            bits[p >> 3] |= 1 << (p & 7)
 
-    def __contains__(self, text: str) -> bool:
-        a, b, c = self._positions(text)
-        bits = self._bits
+    def __contains__(self, text: str) -> bool:  # inlined: it is asked for every new key and slug
+        h, mask, bits = hash(text), self._mask, self._bits
+        a, b, c = h & mask, (h >> 21) & mask, (h >> 42) & mask
         return bool(bits[a >> 3] & (1 << (a & 7)) and bits[b >> 3] & (1 << (b & 7)) and bits[c >> 3] & (1 << (c & 7)))
 
 

@@ -38,11 +38,10 @@ def unique_slug(text: str, key: str, taken: Taken) -> str:
     """`safe_slug(text)`, or with a short hash of `key` appended when already taken (deterministic)."""
     slug = safe_slug(text)
     if slug in taken:
-        slug = f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-    n = 2
-    base = slug
-    while slug in taken:
-        slug, n = f"{base}-{n}", n + 1
+        slug = base = f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+        n = 2
+        while slug in taken:
+            slug, n = f"{base}-{n}", n + 1
     taken.add(slug)
     return slug
 

@@ -16,9 +16,9 @@ def fill(keys: SessionKeys, n: int, start: int = 0) -> None:
 
 
 def test_keys_leave_memory_and_come_back_whole() -> None:
-    keys = SessionKeys(hot=16)
+    keys = SessionKeys(hot=16, rows_per_table=40)
     fill(keys, 200)
-    assert len(keys._mem) <= 16  # the rest went to SQLite
+    assert len(keys._mem) <= 16 and len(keys._tables) > 3  # the rest went to SQLite, several generations
     for i in range(200):
         assert f"key-{i}" in keys
         state = keys.get(f"key-{i}")
@@ -72,4 +72,20 @@ def test_when_sqlite_cannot_take_them_the_keys_stay_in_memory(caplog) -> None:
     keys._db.execute("PRAGMA max_page_count = 1073741823")  # space again: the next keys go out
     fill(keys, 3_000, start=2_020)
     assert len(keys._mem) <= 16 and keys.get("key-1500").slug == "slug-1500"  # type: ignore[union-attr]
+    keys.close()
+
+
+def test_a_key_that_leaves_memory_twice_is_read_back_as_its_latest_state() -> None:
+    keys = SessionKeys(hot=16, rows_per_table=20)
+    fill(keys, 100)
+    old = keys.get("key-3")  # from an old generation, changed, then pushed out into a newer one
+    assert old is not None and old.kept == RENDERED
+    old.revision, old.kept, old.content = 9, INDEXED, "changed"
+    fill(keys, 100, start=100)
+    assert "key-3" not in keys._mem
+    again = keys.get("key-3")
+    assert again is not None and (again.revision, again.kept, again.content, again.slug) == (9, INDEXED, "changed",
+                                                                                              "slug-3")
+    assert keys.keys((INDEXED,)).count("key-3") == 1 and "key-3" in keys.keys((INDEXED,))
+    assert "key-3" not in keys.keys((RENDERED,))
     keys.close()
