@@ -159,7 +159,7 @@ class SegmentLog:
         self._retained_bytes = 0  # of generations below the checkpoint kept for that; not counted in max_bytes
         self.metrics = metrics or Metrics()
         self.fsync = os.fsync  # the seam fault-injection tests replace (EIO)
-        self.write = os.write  # ... and this one (ENOSPC)
+        self.writev = os.writev  # ... and this one (ENOSPC)
         # serve: told the reason when appends start failing (the receivers then refuse before decoding and
         # /healthz says degraded), and None once `probe()` finds the disk writable again
         self.on_health: Callable[[str | None], None] | None = None
@@ -167,6 +167,8 @@ class SegmentLog:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._pins: dict[int, int] = {}  # position -> count: appended, not yet with the assembler
+        # its own lock: the pipeline releases pins while a receiver holds `_lock` writing a request
+        self._pins_lock = threading.Lock()
         self._dirty: set[int] = set()  # signals with unsynced bytes
         self._closing = False
         self.opened = self._scan()
@@ -244,40 +246,41 @@ class SegmentLog:
     def append(self, signal: str, data: bytes) -> Ticket:
         """Write one request; pinned until `release(ticket.pos)`. Raises SegmentFull / SegmentUnavailable."""
         sig = SIGNALS.index(signal)
-        frame = len(data).to_bytes(4, "big") + data
+        header = len(data).to_bytes(4, "big")
+        size = len(header) + len(data)
         with self._lock:
             if self._closing:
                 raise SegmentUnavailable("the segment log is closed (shutting down)")
             pinned = self._total - self._retained_bytes
-            if pinned + len(frame) > self.max_bytes:
+            if pinned + size > self.max_bytes:
                 self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
                 raise SegmentFull(f"the segment log holds {pinned} bytes past its checkpoint, its cap is "
                                   f"{self.max_bytes} (durability.max_bytes): open sessions pin it")
             seg = self._open.get(sig)
-            if seg is not None and seg.size and seg.size + len(frame) > self.segment_bytes:
+            if seg is not None and seg.size and seg.size + size > self.segment_bytes:
                 self._rotate_locked()
                 seg = None
             if seg is None:
                 seg = self._open_locked(sig)
             offset = seg.size
             try:
-                written = self.write(seg.fd, frame)
-                if written != len(frame):  # a short write: the disk filled up mid-frame
-                    raise OSError(28, f"short write ({written} of {len(frame)} bytes)")
+                written = self.writev(seg.fd, [header, data])  # the request is not copied into a frame
+                if written != size:  # a short write: the disk filled up mid-frame
+                    raise OSError(28, f"short write ({written} of {size} bytes)")
             except OSError as e:
                 self._cut_locked(seg, offset)
                 self.metrics.inc("wt_otel_segment_write_errors_total")
                 reason = f"cannot append to {SEGMENTS}/{segment_name(seg.generation, signal)}: {e.strerror or e}"
                 self._unhealthy_locked(reason)
                 raise SegmentUnavailable(reason) from None
-            seg.size += len(frame)
-            self._add_bytes(seg.generation, len(frame))
+            seg.size += size
+            self._add_bytes(seg.generation, size)
             pos = position(seg.generation, sig, offset)
-            self._pins[pos] = self._pins.get(pos, 0) + 1
+            self.pin(pos)
             self._dirty.add(sig)
             self._pending += 1
             self._cond.notify_all()
-            return Ticket(pos, offset + len(frame), seg, seg.epoch)
+            return Ticket(pos, offset + size, seg, seg.epoch)
 
     def wait(self, ticket: Ticket, timeout: float = 30.0) -> None:
         """Return once the ticket's bytes are fsynced; SegmentUnavailable if they never will be."""
@@ -295,12 +298,12 @@ class SegmentLog:
                 self._cond.wait(left)
 
     def pin(self, pos: int) -> None:
-        with self._lock:
+        with self._pins_lock:
             self._pins[pos] = self._pins.get(pos, 0) + 1
 
     def release(self, pos: int) -> None:
         """The records of the entry at `pos` are with the assembler now (or were refused)."""
-        with self._lock:
+        with self._pins_lock:
             n = self._pins.get(pos, 0) - 1
             if n > 0:
                 self._pins[pos] = n
@@ -369,7 +372,7 @@ class SegmentLog:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
-                if self.write(fd, b"\0" * PROBE_BYTES) != PROBE_BYTES:
+                if self.writev(fd, [b"\0" * PROBE_BYTES]) != PROBE_BYTES:
                     return
                 self.fsync(fd)
             finally:
@@ -384,12 +387,17 @@ class SegmentLog:
         if self.on_health is not None:
             self.on_health(None)
 
+    def _pinned(self) -> list[int]:
+        with self._pins_lock:
+            return list(self._pins)
+
     def _cut_locked(self, seg: _Open, size: int) -> None:
         """Truncate back to `size`, so nothing unacknowledged stays to be replayed."""
         with contextlib.suppress(OSError):
             os.ftruncate(seg.fd, size)
-        for pos in [p for p in self._pins if split(p)[:2] == (seg.generation, seg.signal) and split(p)[2] >= size]:
-            del self._pins[pos]
+        with self._pins_lock:
+            for pos in [p for p in self._pins if split(p)[:2] == (seg.generation, seg.signal) and split(p)[2] >= size]:
+                del self._pins[pos]
         self._add_bytes(seg.generation, size - seg.size)
         seg.size = size
 
@@ -443,7 +451,7 @@ class SegmentLog:
         delete the generations below it, and start a new generation if the open one is old. Per tick."""
         with self._lock:
             floor = position(self._generation, 0, self._open[0].size if 0 in self._open else 0)
-            candidates = [floor, *self._pins.keys()]
+            candidates = [floor, *self._pinned()]
             if needed is not None and needed >= 0:
                 candidates.append(needed)
             cp = min(candidates)
@@ -524,7 +532,7 @@ class SegmentLog:
             self._generation += 1
             self._cond.notify_all()
             floor = position(self._generation, 0, 0)
-            cp = min([floor, *self._pins.keys(), *([needed] if needed is not None and needed >= 0 else [])])
+            cp = min([floor, *self._pinned(), *([needed] if needed is not None and needed >= 0 else [])])
         if cp != self._checkpoint.position:
             self._write_checkpoint(cp)
         self._delete_below(split(cp)[0])

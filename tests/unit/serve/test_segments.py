@@ -149,16 +149,16 @@ def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> No
     try:
         segments = server.segments
 
-        def full(fd: int, data: bytes) -> int:
+        def full(fd: int, buffers: list[bytes]) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        segments.write = full
+        segments.writev = full
         status, headers = post(server, session(1))
         assert status == 503 and headers.get("Retry-After")
         assert server.pipeline.queued == 0
         assert all(p.stat().st_size == 0 for p in segment_files(tmp_path))
         assert post(server, session(2))[0] == 503  # refused before decoding until the log is writable again
-        segments.write = __import__("os").write  # space returns: the next tick's probe finds it
+        segments.writev = __import__("os").writev  # space returns: the next tick's probe finds it
         wait_for(lambda: post(server, session(2))[0] == 200)
         wait_for(lambda: tid(2) in written(tmp_path))
     finally:
