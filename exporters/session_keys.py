@@ -154,7 +154,7 @@ class SessionKeys:
         """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
         n = len(self._mem) if all_keys else self.hot // 4
         items = list(itertools.islice(self._mem.items(), n))
-        rows = sorted((k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items)  # B-tree order
+        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items]
         new = not self._tables or self._rows >= self.rows_per_table
         table = f"keys_{len(self._tables)}" if new else self._tables[-1]
         try:
