@@ -230,7 +230,7 @@ class DataDirStore:
 
     # ------------------------------------------------------------------ start-up repair
 
-    def _load(self, e: dict[str, Any]) -> None:
+    def _load(self, e: dict[str, Any], offset: int) -> None:
         """One index line, in file order: the last line of a key is its current revision."""
         state = self._keys.get(e["key"]) or self._keys.add(e["key"], e["slug"])
         state.revision = max(state.revision, e.get("revision", 1))
@@ -239,6 +239,7 @@ class DataDirStore:
         content, pos = e.get("content"), e.get("segment_pos")
         state.content = content if isinstance(content, str) else None
         state.pos = pos if isinstance(pos, int) and not isinstance(pos, bool) else None
+        state.line = offset if by_reference else None
 
     def _clean_temp_dirs(self) -> None:
         """Remove half-built revisions; put back a previous revision caught mid-swap."""
@@ -376,9 +377,7 @@ class DataDirStore:
         from wt_otel.serve.segments import SEGMENTS as SEGMENT_DIR
         from wt_otel.serve.segments import spans_of
 
-        found: list[dict[str, Any]] = [{}]  # the key's last line, read as a stream: the index may be large
-        Journal(self.root / INDEX).read(_index_entry, into=lambda e: found.append(e) if e["key"] == key else None)
-        entry = found[-1]
+        entry = self._indexed_line(key)
         try:
             refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
                     for pos, ordinals in entry.get("segments") or []]
@@ -391,6 +390,24 @@ class DataDirStore:
         session.complete = bool(entry.get("complete", True))
         session.warnings.extend(str(w) for w in entry.get("warnings") or [])
         return session
+
+    def _indexed_line(self, key: str) -> dict[str, Any]:
+        """The key's latest index line: read at the offset the key table keeps (one line, not the whole
+        index: `sessions render --all` renders them one by one), else found by reading the index through."""
+        state = self._keys.get(key)
+        if state is not None and state.line is not None:
+            try:
+                with open(self.root / INDEX, "rb") as f:
+                    f.seek(state.line)
+                    entry = _index_entry(json.loads(f.readline()))
+                if entry["key"] == key:
+                    return entry
+            except (OSError, ValueError):
+                pass
+            log.warning("%s: the line of session %s is not where it was; reading the index through", INDEX, key)
+        found: list[dict[str, Any]] = [{}]
+        Journal(self.root / INDEX).read(_index_entry, into=lambda e, _: found.append(e) if e["key"] == key else None)
+        return found[-1]
 
     def _state_for(self, session: Session) -> KeyState:
         """The session key's state; a new key gets its slug (never changed after)."""
@@ -879,7 +896,7 @@ class DataDirStore:
             with contextlib.suppress(OSError), open(path, "r+b") as f:
                 f.truncate(size)
             raise
-        self._indexed_appended(indexed)
+        self._indexed_appended(indexed, size)
 
     def _append_indexed_locked(self) -> None:
         """Append the lines of the sessions kept by reference since the last batch (each tick)."""
@@ -887,19 +904,23 @@ class DataDirStore:
             return
         indexed, self._unindexed = self._unindexed, []
         try:
+            size = os.stat(self.root / INDEX).st_size if (self.root / INDEX).exists() else 0
             self._index.append([line for _, line in indexed], encoded=True)
         except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
             self._unindexed = indexed + self._unindexed
             log.warning("cannot append %d index line(s) to %s (%s); retrying", len(indexed), INDEX, e)
             return
-        self._indexed_appended(indexed)
+        self._indexed_appended(indexed, size)
 
-    def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]]) -> None:
+    def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]], offset: int) -> None:
+        """The lines of sessions kept by reference are in, from byte `offset` of the index (this process is its
+        only writer): the key table notes where each is, to read it back alone when rendered."""
         entries = [e for e, _ in lines]
-        for e in entries:
+        for e, line in lines:
             state = self._keys.get(e["key"])
             if state is not None:  # always: `keep_indexed` gave it its slug
-                state.kept, state.content, state.pos = INDEXED, e["content"], e["segment_pos"]
+                state.kept, state.content, state.pos, state.line = INDEXED, e["content"], e["segment_pos"], offset
+            offset += len(line)
         if self.on_indexed is not None:
             self.on_indexed(entries)
         if entries:

@@ -30,8 +30,8 @@ log = logging.getLogger("wt_otel.datadir")
 
 RENDERED, RAW, INDEXED = "rendered", "raw", "indexed"  # how a key's latest revision is kept
 
-_COLUMNS = "slug, revision, kept, content, pos, seq"
-_Row = tuple[str, int, str, str | None, int | None, int]
+_COLUMNS = "slug, revision, kept, content, pos, seq, line"
+_Row = tuple[str, int, str, str | None, int | None, int, int | None]
 
 
 @dataclass(slots=True)
@@ -44,6 +44,7 @@ class KeyState:
     content: str | None = None  # digest of the records the latest revision was built from
     pos: int | None = None  # their lowest position in serve's segment log
     seq: int = 0  # first-seen order (index order)
+    line: int | None = None  # byte offset of its latest index line, when kept by reference (read back on demand)
 
 
 class SessionKeys:
@@ -154,7 +155,7 @@ class SessionKeys:
         """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
         n = len(self._mem) if all_keys else self.hot // 4
         items = list(itertools.islice(self._mem.items(), n))
-        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq) for k, s in items]
+        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq, s.line) for k, s in items]
         new = not self._tables or self._rows >= self.rows_per_table
         table = f"keys_{len(self._tables)}" if new else self._tables[-1]
         try:
@@ -163,10 +164,10 @@ class SessionKeys:
                 if new:
                     self._db.execute(f"CREATE TABLE {table} (key TEXT PRIMARY KEY, slug TEXT NOT NULL, "
                                      "revision INTEGER NOT NULL, kept TEXT NOT NULL, content TEXT, pos INTEGER, "
-                                     "seq INTEGER NOT NULL) WITHOUT ROWID")
+                                     "seq INTEGER NOT NULL, line INTEGER) WITHOUT ROWID")
                     self._db.execute(f"CREATE INDEX {table}_slug ON {table} (slug)")
                 self._db.executemany(f"INSERT OR REPLACE INTO {table} (key, {_COLUMNS}) "  # noqa: S608 - ours
-                                     "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         except sqlite3.Error as e:  # its temporary directory is full, say: keep them in memory, try again later
             if self._spill_at == self.hot:
                 log.warning("cannot move session keys out of memory (%s); keeping all %d in memory for now",

@@ -147,29 +147,32 @@ class Journal:
     # ---------------------------------------------------------------- reading
 
     def read(self, parse: Callable[[Any], T] | None = None, *, keep_torn: bool = True,
-             what: str = "not a journal line", into: Callable[[T], object] | None = None) -> JournalRead[T]:
+             what: str = "not a journal line", into: Callable[[T, int], object] | None = None) -> JournalRead[T]:
         """Every record, in file order; `parse(obj)` validates or converts one (raise ValueError to reject).
 
         `what` opens the problem note of a bad line ("not a ledger row").
         A missing file is empty. An unterminated last line is torn: reported, and kept only when it
         parses whole and `keep_torn` (a record without its newline is complete; one cut short is not JSON).
-        With `into`, each record is handed to it instead of kept (a large file, read in bounded memory).
+        With `into`, each record is handed to it with its line's byte offset instead of kept (a large file,
+        read in bounded memory; the offset lets a reader come back to that one line).
         """
         out: JournalRead[T] = JournalRead()
-        keep = into or out.records.append
+        keep = into or (lambda record, _offset: out.records.append(record))
         try:
             f = open(self.path, "rb")  # noqa: SIM115 - closed below; a missing file is an empty journal
         except FileNotFoundError:
             return out
+        offset = 0
         with f:
             for number, raw in enumerate(f, 1):
                 last = not raw.endswith(b"\n")  # only the last line can lack its newline
                 out.torn = out.torn or last
-                self._read_line(raw, number, last, parse, keep_torn, what, keep, out)
+                self._read_line(raw, number, offset, last, parse, keep_torn, what, keep, out)
+                offset += len(raw)
         return out
 
-    def _read_line(self, raw: bytes, number: int, torn: bool, parse: Callable[[Any], T] | None, keep_torn: bool,
-                   what: str, keep: Callable[[T], object], out: JournalRead[T]) -> None:
+    def _read_line(self, raw: bytes, number: int, offset: int, torn: bool, parse: Callable[[Any], T] | None,
+                   keep_torn: bool, what: str, keep: Callable[[T, int], object], out: JournalRead[T]) -> None:
         if not raw.strip():
             return
         try:
@@ -187,4 +190,4 @@ class Journal:
                 out.problems.append(f"{self.label}:{number}: torn last line (no newline) dropped")
                 return
             out.problems.append(f"{self.label}:{number}: last line has no newline (kept, it parses)")
-        keep(record)
+        keep(record, offset)

@@ -106,9 +106,11 @@ def test_records_can_be_streamed_into_a_callback_instead_of_kept(tmp_path: Path)
     journal = Journal(tmp_path / "j.ndjsonl")
     journal.append([{"n": i} for i in range(5)])
     journal.close()
-    seen: list[int] = []
-    read = journal.read(_needs_n, into=lambda r: seen.append(r["n"]))
-    assert seen == [0, 1, 2, 3, 4] and read.records == [] and read.problems == []
+    seen: list[tuple[int, int]] = []
+    read = journal.read(_needs_n, into=lambda r, offset: seen.append((r["n"], offset)))
+    assert [n for n, _ in seen] == [0, 1, 2, 3, 4] and read.records == [] and read.problems == []
+    data = (tmp_path / "j.ndjsonl").read_bytes()
+    assert all(json.loads(data[offset:data.index(b"\n", offset)]) == {"n": n} for n, offset in seen)
 
 
 def test_a_torn_tail_longer_than_the_repair_window_is_cut_at_the_last_newline(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ very bytes the inline render writes. Real `wt-otel serve` wiring (`Server`) over
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -24,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.support.livehelpers import tid, weather_session
 from tests.support.paths import PRODUCERS
 from wt_otel.cli import main
-from wt_otel.exporters.datadir import read_index
+from wt_otel.exporters.datadir import DataDirStore, read_index
 from wt_otel.ingest import spanindex
 from wt_otel.ingest.dumps import LineError, read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
@@ -118,6 +119,22 @@ def test_a_restart_keeps_the_segments_of_kept_sessions_and_renders_them(fast_dir
     assert out.count("rendered ") == 2, out
     latest = read_index(fast_dir).latest()
     assert all(latest[t]["rendered"] and latest[t]["revision"] == 2 for t in (tid(3), tid(4)))
+
+
+def test_a_kept_session_is_read_back_from_its_own_index_line_or_found_when_that_moved(fast_dir: Path,
+                                                                                     caplog) -> None:
+    serve(fast_dir, weather_session(tid(12)) + weather_session(tid(13)))
+    with caplog.at_level(logging.WARNING, logger="wt_otel.datadir"), DataDirStore(fast_dir, render="flagged") as store:
+        assert store.render(tid(12)) is not None  # at the offset the key table noted when reading the index
+    assert "not where it was" not in caplog.text
+    index = fast_dir / "sessions.ndjsonl"
+    index.write_bytes(b'{"v": 1, "key": "other", "slug": "other", "revision": 1, "rendered": true}\n'
+                      + index.read_bytes())  # every line moves after the store has read where they are
+    with caplog.at_level(logging.WARNING, logger="wt_otel.datadir"), DataDirStore(fast_dir, render="flagged") as store:
+        index.write_bytes(index.read_bytes().split(b"\n", 1)[1])  # the first line goes again: offsets are off
+        written = store.render(tid(13))
+    assert written is not None and written.entry["rendered"] and (written.path / "incident.wtin.json").is_file()
+    assert "not where it was; reading the index through" in caplog.text
 
 
 def test_a_session_whose_segment_is_gone_says_so(fast_dir: Path) -> None:
