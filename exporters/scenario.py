@@ -21,7 +21,7 @@ from wt_otel._util import safejson
 from wt_otel.exporters.envelope import source_ref
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
-from wt_otel.scorers import AUTO_REPLAY_SCORERS
+from wt_otel.scoring.names import AUTO_REPLAY_SCORERS
 
 FIXTURES = {"envelope": "incident.wtin.json", "universe": "fixture.universe.json", "cassette": "llm.cassette.json"}
 MAX_FACTS = 12
