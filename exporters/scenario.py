@@ -47,6 +47,21 @@ class _Dumper(_SafeDumper):
         node = _scalar(data)
         return node if node is not None else super().represent_data(data)
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The safe resolver's tag, without its per-call list building and regexes in the common case: a
+        scalar whose first character no implicit resolver is registered for (most trace text), or a
+        collection. Anything else, and any resolver setup but the default one, takes the resolver's path."""
+        resolvers = self.yaml_implicit_resolvers
+        if not self.yaml_path_resolvers and None not in resolvers:
+            if kind is yaml.ScalarNode:
+                if value and value[0] not in resolvers:
+                    return self.DEFAULT_SCALAR_TAG
+            elif kind is yaml.MappingNode:
+                return self.DEFAULT_MAPPING_TAG
+            elif kind is yaml.SequenceNode:
+                return self.DEFAULT_SEQUENCE_TAG
+        return super().resolve(kind, value, implicit)
+
 
 def _scalar(data: Any) -> Any:
     """The node of a plain JSON scalar (str, bool, int, None), as the safe representer makes it; None otherwise."""
