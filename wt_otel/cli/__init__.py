@@ -8,7 +8,8 @@ one module per family, named here and imported only when a command of theirs
 runs (or `--help` lists them): `wt-otel import` need not load serve, replay
 or the MCP servers, and each family's imports cost start-up time.
 
-    files        schema, validate, import
+    formats      schema, validate
+    files        import
     serve        serve, flag
     sessions     sessions render
     servers      universe (serve, freeze), cassette (serve, record)
@@ -27,12 +28,12 @@ import click
 from wt_otel import __version__
 
 if TYPE_CHECKING:  # the command modules, for readers and the layering test; imported lazily below
-    from wt_otel.cli import conformance, files, replay, serve, servers, sessions, surface  # noqa: F401
+    from wt_otel.cli import conformance, files, formats, replay, serve, servers, sessions, surface  # noqa: F401
 
 # command name -> (module under wt_otel.cli, attribute): the one list of commands
 COMMANDS: dict[str, tuple[str, str]] = {
-    "schema": ("files", "schema"),
-    "validate": ("files", "validate"),
+    "schema": ("formats", "schema"),
+    "validate": ("formats", "validate"),
     "import": ("files", "import_"),
     "serve": ("serve", "serve"),
     "flag": ("serve", "flag"),
