@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from wt_otel._util.fsutil import DirectoryExists, place_directory, unique_slug
+from wt_otel._util.tuning import gc_tuned
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumpindex import DumpIndex, Frame, Group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump, read_proto_frames, scan_message
@@ -321,13 +322,15 @@ def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: i
         return {f: frames[f] for g in batch for f in g.frames}
 
     if workers <= 1:
-        for batch in batches:
-            collect(run_batch(batch, frames_of(batch), settings))
+        with gc_tuned():
+            for batch in batches:
+                collect(run_batch(batch, frames_of(batch), settings))
         return results
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = _pool_context(type(settings.writer).__module__)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(settings,)) as pool:
+    with gc_tuned(), ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
+                                         initargs=(settings,)) as pool:
         futures = [pool.submit(run_batch_in_worker, batch, frames_of(batch)) for batch in batches]
         try:
             for future in as_completed(futures):
