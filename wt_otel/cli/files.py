@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load_plugin
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
@@ -27,6 +28,37 @@ def _trace_ids(values: tuple[str, ...]) -> tuple[str, ...]:
                                      "4bf92f3577b34da6a3ce929d0e0e4736)")
         out.append(text)
     return tuple(out)
+
+
+def _may_be_terminal() -> bool:
+    """False when rich's `Console(stderr=True).is_terminal` is surely False: stderr is no terminal and
+    neither TTY_COMPATIBLE nor FORCE_COLOR says otherwise. Then rich (~25 ms of every start) is not loaded."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stderr, or a closed one: rich says no terminal too
+        return False
+
+
+@contextlib.contextmanager
+def _progress_display() -> Iterator[Callable[[str, int], None] | None]:
+    """A transient spinner with the import's progress on a terminal (rich); None elsewhere."""
+    if not _may_be_terminal():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("reading", total=None)
+
+        def progress(what: str, n: int) -> None:
+            bar.update(task, description=f"{what}: {n:,}")
+
+        yield progress
 
 
 @click.command("import")
@@ -84,15 +116,8 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
     writer = load_plugin("sinks", "scenario-dir")(out, force=force)
-    console = Console(stderr=True)
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                      transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("reading", total=None)
-
-            def progress(what: str, n: int) -> None:
-                bar.update(task, description=f"{what}: {n:,}")
-
+        with _progress_display() as progress:
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
                                   strict=strict, progress=progress, flag_rules=flag_rules,
                                   jobs=jobs or os.cpu_count() or 1)
