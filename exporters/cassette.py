@@ -15,6 +15,8 @@ import hashlib
 import re
 from typing import Any
 
+import orjson
+
 from wt_otel.contracts.cassette import add_run
 from wt_otel.model.parts import canonical_json
 from wt_otel.model.session import LLMCall, Session
@@ -24,26 +26,65 @@ _HEX32 = re.compile(r"[0-9a-f]{32}\Z")
 
 def chat_messages(system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Parts-model messages -> OpenAI chat messages (the wire a replayed client sends)."""
-    out: list[dict[str, Any]] = []
+    return _system_message(system) + [x for m in messages for x in _chat_message(m)]
+
+
+def _system_message(system: list[dict[str, Any]]) -> list[dict[str, Any]]:
     system_text = "".join(p.get("content") or "" for p in system if p.get("type") == "text")
-    if system_text:
-        out.append({"role": "system", "content": system_text})
-    for m in messages:
-        parts = m.get("parts", [])
-        responses = [p for p in parts if p.get("type") == "tool_call_response"]
-        for r in responses:
-            resp = r.get("response")
-            out.append({"role": "tool", "tool_call_id": r.get("id") or "",
-                        "content": resp if isinstance(resp, str) else canonical_json(resp)})
-        if responses and len(responses) == len(parts):
-            continue
-        text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
-        msg: dict[str, Any] = {"role": m.get("role") or "user", "content": text}
-        calls = [_tool_call(p) for p in parts if p.get("type") == "tool_call"]
-        if calls:
-            msg["tool_calls"] = calls
-        out.append(msg)
+    return [{"role": "system", "content": system_text}] if system_text else []
+
+
+def _chat_message(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """One parts-model message as the chat messages it becomes (tool results are messages of their own)."""
+    out: list[dict[str, Any]] = []
+    parts = m.get("parts", [])
+    responses = [p for p in parts if p.get("type") == "tool_call_response"]
+    for r in responses:
+        resp = r.get("response")
+        out.append({"role": "tool", "tool_call_id": r.get("id") or "",
+                    "content": resp if isinstance(resp, str) else canonical_json(resp)})
+    if responses and len(responses) == len(parts):
+        return out
+    text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
+    msg: dict[str, Any] = {"role": m.get("role") or "user", "content": text}
+    calls = [_tool_call(p) for p in parts if p.get("type") == "tool_call"]
+    if calls:
+        msg["tool_calls"] = calls
+    out.append(msg)
     return out
+
+
+class ChatHistory:
+    """`chat_messages` of one LLM call after another, reusing what the previous call's history converted.
+
+    An agent resends the whole conversation on every turn, so call n's input usually opens with call n-1's:
+    those messages are recognised by their JSON (orjson, type-strict: `1`, `1.0` and `true` differ, as they
+    do in the output), not converted again, and their chat messages are reused, so a session's cassette
+    costs Python work linear in its history instead of quadratic. The reused dicts are shared by the
+    calls' `messages` lists: they are serialised, never changed."""
+
+    def __init__(self) -> None:
+        self._keys: list[bytes | None] = []
+        self._converted: list[list[dict[str, Any]]] = []
+
+    def chat_messages(self, system: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        keys = [_key(m) for m in messages]
+        same = 0
+        for a, b in zip(keys, self._keys, strict=False):
+            if a is None or a != b:
+                break
+            same += 1
+        converted = self._converted[:same] + [_chat_message(m) for m in messages[same:]]
+        self._keys, self._converted = keys, converted
+        return _system_message(system) + [x for c in converted for x in c]
+
+
+def _key(message: dict[str, Any]) -> bytes | None:
+    """The message's JSON, to recognise it in the next call's history; None (never reused) when orjson refuses it."""
+    try:
+        return orjson.dumps(message)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 def _tool_call(part: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +134,9 @@ def network_metrics(call: LLMCall) -> dict[str, Any]:
     return {"ttfb_ms": None, "total_duration_ms": duration, "ttfb_source": "unknown"}
 
 
-def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bool = False) -> dict[str, Any]:
+def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bool = False,
+                  history: ChatHistory | None = None) -> dict[str, Any]:
+    """One LLM call as the cassette records it; `history`: the session's calls so far (their conversion reused)."""
     parts = [p for m in call.output_messages for p in m.get("parts", [])]
     text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
     tool_calls = [_tool_call(p) for p in parts if p.get("type") == "tool_call"]
@@ -115,7 +158,8 @@ def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bo
         "request_context": {
             "model": model,
             "provider": provider,
-            "messages": chat_messages(call.system_instructions or system, call.input_messages),
+            "messages": (history or ChatHistory()).chat_messages(call.system_instructions or system,
+                                                                 call.input_messages),
             "parameters": {"temperature": call.sampler.get("temperature"),
                            "max_tokens": call.sampler.get("max_tokens"), "stream": bool(call.stream)},
         },
@@ -148,10 +192,11 @@ def run_key(session: Session) -> str:
 
 def cassette(session: Session, scenario_id: str) -> dict[str, Any]:
     system = session.system_instructions
+    history = ChatHistory()
     if session.llm_calls:
-        calls = [recorded_call(c, system) for c in sorted(session.llm_calls, key=lambda c: c.start_ns)]
+        calls = [recorded_call(c, system, history=history) for c in sorted(session.llm_calls, key=lambda c: c.start_ns)]
     else:
-        calls = [recorded_call(c, system, reconstructed=True) for c in reconstructed_calls(session)]
+        calls = [recorded_call(c, system, reconstructed=True, history=history) for c in reconstructed_calls(session)]
     key = run_key(session)
     entry: dict[str, Any] = {"trace_id": key}
     if calls:

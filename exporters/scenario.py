@@ -21,7 +21,7 @@ from wt_otel._util import safejson
 from wt_otel.exporters.envelope import source_ref
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.model.session import Session
-from wt_otel.scorers import AUTO_REPLAY_SCORERS
+from wt_otel.scoring.names import AUTO_REPLAY_SCORERS
 
 FIXTURES = {"envelope": "incident.wtin.json", "universe": "fixture.universe.json", "cassette": "llm.cassette.json"}
 MAX_FACTS = 12
@@ -46,6 +46,21 @@ class _Dumper(_SafeDumper):
     def represent_data(self, data: Any) -> Any:
         node = _scalar(data)
         return node if node is not None else super().represent_data(data)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The safe resolver's tag, without its per-call list building and regexes in the common case: a
+        scalar whose first character no implicit resolver is registered for (most trace text), or a
+        collection. Anything else, and any resolver setup but the default one, takes the resolver's path."""
+        resolvers = self.yaml_implicit_resolvers
+        if not self.yaml_path_resolvers and None not in resolvers:
+            if kind is yaml.ScalarNode:
+                if value and value[0] not in resolvers:
+                    return self.DEFAULT_SCALAR_TAG
+            elif kind is yaml.MappingNode:
+                return self.DEFAULT_MAPPING_TAG
+            elif kind is yaml.SequenceNode:
+                return self.DEFAULT_SEQUENCE_TAG
+        return super().resolve(kind, value, implicit)
 
 
 def _scalar(data: Any) -> Any:

@@ -43,7 +43,7 @@ from wt_otel._util.otlp_env import resolve_otlp
 from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
-from wt_otel.scorers import AUTO_REPLAY_SCORERS
+from wt_otel.scoring.names import AUTO_REPLAY_SCORERS
 from wt_otel.serve.config import ReplayConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.replay_queue import Job, QueueAdmission, ReplayQueue

@@ -23,13 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from wt_otel.contracts.inject import SurfaceProbe, TurnResult
 from wt_otel.model.session import Session
 from wt_otel.model.spans import Record, SpanRecord, SpanRefs
+
+if TYPE_CHECKING:  # annotations only: every command loads this module, few need the Contract C wire models
+    from wt_otel.contracts.inject import SurfaceProbe, TurnResult
 
 __all__ = [
     "KINDS",

@@ -1,19 +1,16 @@
-"""`wt-otel schema`, `validate` and `import`: the wt-otel file formats and turning dumps into them."""
+"""`wt-otel import`: turning dumps into scenario directories (`schema` and `validate` are in `formats`)."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from wt_otel.components import load_plugin
-from wt_otel.contracts.formats import FORMATS as CONTRACT_FORMATS
-from wt_otel.contracts.formats import json_schema
-from wt_otel.contracts.validate import UnreadableFile, find_files, validate_file
 from wt_otel.ingest.dumps import DumpFormatError, DumpReadError
 from wt_otel.ingest.importer import FORMATS, ImportAborted, import_dumps
 
@@ -33,81 +30,35 @@ def _trace_ids(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@click.command()
-@click.argument("name", type=click.Choice([*CONTRACT_FORMATS, "serve-config"]))
-def schema(name: str) -> None:
-    """Print the JSON Schema of a wt-otel file or wire format.
+def _may_be_terminal() -> bool:
+    """False when rich's `Console(stderr=True).is_terminal` is surely False: stderr is no terminal and
+    neither TTY_COMPATIBLE nor FORCE_COLOR says otherwise. Then rich (~25 ms of every start) is not loaded."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stderr, or a closed one: rich says no terminal too
+        return False
 
-    \b
-    NAME is one of the registered formats (wt_otel/contracts/formats.py):
-      envelope          Contract A interchange envelope (*.wtin.json)
-      universe          Contract B tool universe (*.universe.json)
-      cassette          LLM cassette (*.cassette.json)
-      scenario          scenario.yaml
-      trace             what `wt-otel run` records per run (*.trace.json)
-      score             a run's score (run-<n>.score.json)
-      results           the sweep document of `--format json`
-      ledger-row        one line of ledger.ndjsonl
-      inject-response   Contract C /wt/inject response body
-      surface-response  Contract C /wt/surface response body
-      serve-config      `wt-otel serve --config FILE` (docs/serve-config.md)
 
-    The schema is generated from the models `wt-otel validate` uses;
-    validate's messages are more precise, the schema is for editors and
-    other tools.
-    """
-    if name == "serve-config":
-        from wt_otel.serve.config import ServeConfig
-
-        click.echo(json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema",
-                               **ServeConfig.model_json_schema(), "title": "wt-otel serve config"}, indent=2))
+@contextlib.contextmanager
+def _progress_display() -> Iterator[Callable[[str, int], None] | None]:
+    """A transient spinner with the import's progress on a terminal (rich); None elsewhere."""
+    if not _may_be_terminal():
+        yield None
         return
-    click.echo(json.dumps(json_schema(name), indent=2))
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("reading", total=None)
 
-@click.command()
-@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--strict", is_flag=True, help="Fail (exit 1) on warnings too.")
-@click.pass_context
-def validate(ctx: click.Context, paths: tuple[Path, ...], strict: bool) -> None:
-    """Check wt-otel files against their contracts.
+        def progress(what: str, n: int) -> None:
+            bar.update(task, description=f"{what}: {n:,}")
 
-    A PATH is a file or a folder; folders are searched for *.wtin.json,
-    *.universe.json, *.cassette.json and scenario.yaml. A file's kind comes
-    from its version key, else its name, else its shape.
-
-    \b
-    One line per file or problem:
-      OK PATH
-      INVALID PATH: <json path> <rule> (<how to fix>)
-      WARN PATH: <json path> <what replay will get wrong>
-
-    \b
-    Exit status: 0 all valid; 1 a file is invalid (or warned, with --strict);
-    2 a path could not be read or parsed (reported on stderr).
-    """
-    status = 0
-    for path in paths:
-        files = list(find_files(path)) if path.is_dir() else [path]
-        if not files:
-            click.echo(f"error: no wt-otel files under {path}", err=True)
-            status = 2
-        for file in files:
-            try:
-                report = validate_file(file)
-            except UnreadableFile as exc:
-                click.echo(f"error: {exc}", err=True)
-                status = 2
-                continue
-            for problem in report.problems:
-                click.echo(f"INVALID {file}: {problem}")
-            for warning in report.warnings:
-                click.echo(f"WARN {file}: {warning}")
-            if report.valid and not report.warnings:
-                click.echo(f"OK {file}")
-            if report.problems or (strict and report.warnings):
-                status = max(status, 1)
-    ctx.exit(status)
+        yield progress
 
 
 @click.command("import")
@@ -165,15 +116,8 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
     writer = load_plugin("sinks", "scenario-dir")(out, force=force)
-    console = Console(stderr=True)
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                      transient=True, disable=not console.is_terminal) as bar:
-            task = bar.add_task("reading", total=None)
-
-            def progress(what: str, n: int) -> None:
-                bar.update(task, description=f"{what}: {n:,}")
-
+        with _progress_display() as progress:
             report = import_dumps(list(dumps), writer, fmt=fmt, trace_ids=trace_ids, flagged_only=flagged_only,
                                   strict=strict, progress=progress, flag_rules=flag_rules,
                                   jobs=jobs or os.cpu_count() or 1)

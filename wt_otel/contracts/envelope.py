@@ -35,6 +35,10 @@ from wt_otel.contracts.problems import (
     truncated,
 )
 
+# the file suffix and version key (formats.ENVELOPE registers them; the dump reader sniffs envelopes by them
+# without loading every format)
+SUFFIX = ".wtin.json"
+VERSION_KEY = "windtunnel_interchange"
 PART_TYPES = ("text", "tool_call", "tool_call_response")
 CORRELATIONS = ("tool_call_id", "name_order", "none")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from wt_otel.contracts import envelope
 from wt_otel.contracts.cassette import Cassette, load_cassette
 from wt_otel.contracts.envelope import Envelope, lint_envelope, load_envelope
 from wt_otel.contracts.inject import InjectResponse, SurfaceResponse
@@ -60,7 +61,7 @@ class Format:
 
 
 ENVELOPE = Format("envelope", Envelope, "wt-otel Contract A interchange envelope (*.wtin.json)", load_envelope,
-                  "windtunnel_interchange", (".wtin.json",), lint=lint_envelope, validated=True)
+                  envelope.VERSION_KEY, (envelope.SUFFIX,), lint=lint_envelope, validated=True)
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
     ENVELOPE,

@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from wt_otel.contracts.formats import ENVELOPE
+from wt_otel.contracts import envelope as contract_a  # its suffix and version key: not every format's models
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.keys import CONVERSATION_KEYS
 from wt_otel.ingest.otlp import logs_from_json, logs_from_request, pb_attrs, spans_from_json, spans_from_request
@@ -202,14 +202,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     """
     path = os.fspath(path)
     name = _hint(path)
-    if ENVELOPE.matches_name(name):
+    if name.endswith(contract_a.SUFFIX):
         return "wtin"
     proto_hint = name.endswith(_PROTO_SUFFIXES)
     fh = _open(path)
     try:
         head = fh.read(_SNIFF_BYTES)
         if head.lstrip().startswith(b"{"):
-            if f'"{ENVELOPE.version_key}"'.encode() in head:
+            if f'"{contract_a.VERSION_KEY}"'.encode() in head:
                 return "wtin"
             fh.seek(0)
             tried = 0

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from wt_otel._util.fsutil import safe_slug
+from wt_otel._util.tuning import tune_gc
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumpindex import Frame, Group
 from wt_otel.ingest.dumps import DumpReadError, read_frame
@@ -93,9 +94,11 @@ _settings: Settings | None = None
 
 
 def init_worker(settings: Settings) -> None:
-    """Process-pool initializer: the settings stay in the worker for all its batches."""
+    """Process-pool initializer: the settings stay in the worker for all its batches; the GC is tuned for
+    batch work (`_util.tuning`; a forked worker has it from the importer already)."""
     global _settings
     _settings = settings
+    tune_gc()
 
 
 def run_batch_in_worker(groups: list[Group], frames: dict[int, Frame]) -> list[GroupResult]:

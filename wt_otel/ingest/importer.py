@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from wt_otel._util.fsutil import DirectoryExists, place_directory, unique_slug
+from wt_otel._util.tuning import gc_tuned
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumpindex import DumpIndex, Frame, Group
 from wt_otel.ingest.dumps import LineError, detect_format, read_dump, read_proto_frames, scan_message
@@ -141,9 +142,10 @@ def import_dumps(
     (serve's `flagger:` section; default: its default rules), exactly as in `wt-otel serve`.
 
     `jobs`: worker processes for building and rendering (1, the default: in this process; an input of one
-    batch always runs in this process). Workers import the caller's `__main__` module, as every
-    multiprocessing start method but fork does: a script that passes `jobs` > 1 must guard its entry
-    point with `if __name__ == "__main__":` (`wt-otel import` defaults to the CPU count). A batch is at
+    batch always runs in this process). Workers are forks of this process on Linux when it runs no other
+    thread; otherwise they import the caller's `__main__` module, as every multiprocessing start method
+    but fork does: a script that passes `jobs` > 1 must guard its entry point with
+    `if __name__ == "__main__":` (`wt-otel import` defaults to the CPU count). A batch is at
     most `batch_sessions` sessions and, beyond its first session, `batch_bytes` of their records: a
     worker holds one batch at a time."""
     sink = cast(DirectorySink, writer)
@@ -216,12 +218,26 @@ def _input_bytes(paths: list[Path]) -> int:
     return total
 
 
-def _forkserver(writer_module: str) -> Any:
-    """The multiprocessing context pass 2's workers come from: forkserver, so no fork of this process
-    (its threads: the progress display); the server imports the pass-2 modules once, and the main
-    module (the `wt-otel` script) too, so every worker starts warm instead of importing them again."""
+def _can_fork() -> bool:
+    """Whether pass 2's workers may be forks of this process: on Linux, with no thread but this one
+    (a fork copies only the calling thread, so a lock another thread held would stay locked in the
+    child; `wt-otel import` on a terminal runs the progress display's thread)."""
+    import sys
+    import threading
+
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+def _pool_context(writer_module: str) -> Any:
+    """The multiprocessing context pass 2's workers come from. A fork when `_can_fork()`: the workers
+    start with everything this process imported, instead of a server process importing it all again
+    (~0.5 s of CPU, on machines with few cores taken from pass 1 and 2). Otherwise forkserver, so no
+    fork of a threaded process: the server imports the pass-2 modules once, and the main module (the
+    `wt-otel` script) too, so every worker starts warm instead of importing them again."""
     import multiprocessing
 
+    if _can_fork():
+        return multiprocessing.get_context("fork")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["__main__", "wt_otel.ingest.importbatch", writer_module])
     return context
@@ -230,10 +246,12 @@ def _forkserver(writer_module: str) -> Any:
 def _start_forkserver(settings_module: str) -> None:
     """Start the server that forks pass 2's workers now, so that its imports (a few hundred ms)
     overlap pass 1 instead of delaying the first batch. Only a large input does this: a small one
-    may make a single batch, run in this process, and then the server would be started for nothing."""
+    may make a single batch, run in this process, and then the server would be started for nothing;
+    workers forked from this process (`_can_fork`) need no server."""
     from multiprocessing import forkserver
 
-    _forkserver(settings_module)
+    if _pool_context(settings_module).get_start_method() != "forkserver":
+        return
     try:
         forkserver.ensure_running()
     except OSError:  # pass 2 tries again, and reports what goes wrong then
@@ -304,13 +322,15 @@ def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: i
         return {f: frames[f] for g in batch for f in g.frames}
 
     if workers <= 1:
-        for batch in batches:
-            collect(run_batch(batch, frames_of(batch), settings))
+        with gc_tuned():
+            for batch in batches:
+                collect(run_batch(batch, frames_of(batch), settings))
         return results
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    context = _forkserver(type(settings.writer).__module__)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker, initargs=(settings,)) as pool:
+    context = _pool_context(type(settings.writer).__module__)
+    with gc_tuned(), ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker,
+                                         initargs=(settings,)) as pool:
         futures = [pool.submit(run_batch_in_worker, batch, frames_of(batch)) for batch in batches]
         try:
             for future in as_completed(futures):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import orjson
 
@@ -32,8 +33,25 @@ def is_placeholder(text: Any) -> bool:
     return isinstance(text, str) and bool(text) and len(text) <= 40 and bool(_PLACEHOLDER.match(text))
 
 
+# the scanner json.loads uses, with its defaults (typeshed does not declare `scan_once`)
+_SCAN: Callable[[str, int], tuple[Any, int]] = cast(Any, json.JSONDecoder()).scan_once
+_WHITESPACE = re.compile(r"[ \t\n\r]*").match  # JSON's whitespace, as json.decoder.WHITESPACE
+
+
 def decode_json(value: Any) -> tuple[Any, bool]:
-    """Decode a JSON-encoded string; returns (value, ok). Non-strings pass through as ok."""
+    """Decode a JSON-encoded string; returns (value, ok). Non-strings pass through as ok.
+
+    A `str` goes straight to the stdlib's scanner, as `json.loads` does after its type dispatch and
+    decoder calls (half its cost on short texts, ~23 calls per imported session): the same values, and
+    a failure wherever `json.loads` raises (no value, extra data, a BOM, nesting too deep)."""
+    if type(value) is str:
+        head = _WHITESPACE(value, 0)
+        try:
+            obj, end = _SCAN(value, head.end() if head else 0)
+        except (StopIteration, ValueError, RecursionError):
+            return value, False
+        tail = _WHITESPACE(value, end)
+        return (obj, True) if (tail.end() if tail else end) == len(value) else (value, False)
     if not isinstance(value, str | bytes):
         return value, True
     try:

@@ -34,6 +34,7 @@ from typing import Any
 from wt_otel.contracts.results import LayerResult
 from wt_otel.contracts.run import Trace
 from wt_otel.scoring.evidence import EvidenceView, from_trace
+from wt_otel.scoring.names import AUTO_REPLAY_SCORERS  # re-exported: the public path
 
 Scorer = Callable[[Trace], LayerResult]
 GenerateFn = Callable[[str], str]
@@ -46,10 +47,6 @@ __all__ = ["AUTO_REPLAY_SCORERS", "NEGATION_WINDOW", "OBSERVATION_SOURCES", "UNI
 
 MAX_SHOWN = 200  # characters of a value quoted in a detail
 
-# Factories that need no argument, so a config may name them as a default outcome check and the importer
-# can write `all_of(no_divergence(), ...)` into a generated scorer.py. A whitelist, because the names
-# become code: anything else in a config is rejected, never pasted.
-AUTO_REPLAY_SCORERS = frozenset({"no_divergence", "substantiated_by_tools"})
 
 
 def _short(value: Any, limit: int = MAX_SHOWN) -> str:

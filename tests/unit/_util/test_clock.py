@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 from wt_otel._util.clock import compact_stamp, elapsed_ms, iso, iso_from_ns, parse_iso, utc_now_iso
 
@@ -63,3 +64,43 @@ def test_now_is_now_to_the_millisecond_though_it_is_formatted_once_per_milliseco
         assert before <= stamp <= iso(datetime.now(UTC)), stamp
         time.sleep(0.002)  # the next millisecond: a fresh string, not the cached one
         assert utc_now_iso() > stamp
+
+
+def test_iso_from_ns_matches_datetime_on_edges() -> None:
+    """The fast path (day memo, arithmetic, %-formatting) writes datetime's text byte for byte: the epoch,
+    leap days, year ends, every sub-second digit position and the float rounding at .9995/.9999995 s."""
+    from wt_otel._util.clock import _MAX_FAST_NS, _iso_from_ns_datetime
+
+    day = 86_400 * 10**9
+    bases = [0, 951_782_400 * 10**9, 1_709_164_800 * 10**9, 1_735_603_200 * 10**9, 4_107_542_400 * 10**9,
+             4_102_444_800 * 10**9 - day, 253_402_214_400 * 10**9]  # epoch, 2000-02-29, 2024-02-29, 2024-12-31,
+    #                                            2100-03-01 (no leap day), 2099-12-31, 9999-12-31
+    subs = [0, 1, 9, 10, 999, 1_000, 499_999, 500_000, 999_999, 1_000_000, 123_456_789, 999_499_999,
+            999_500_000, 999_999_499, 999_999_500, 999_999_999]
+    stamps = [b + s + k * 10**9 for b in bases for s in subs for k in (0, 1, 59, 3599, 86_399)]
+    stamps += [_MAX_FAST_NS - 1, _MAX_FAST_NS, _MAX_FAST_NS + 999_999_999]
+    def outcome(fn: Any, ns: int) -> str:
+        try:
+            return fn(ns)
+        except ValueError as e:  # the last second of 9999 may round into year 10000
+            return f"ValueError: {e}"
+
+    for ns in stamps:
+        if ns:
+            assert outcome(iso_from_ns, ns) == outcome(_iso_from_ns_datetime, ns), ns
+    assert iso_from_ns(1) == "1970-01-01T00:00:00.000Z"
+    assert iso_from_ns(1_709_164_800_999_999_999) == "2024-02-29T00:00:01.000Z"  # the float rounds up a second
+    assert iso_from_ns(951_868_799_999_000_000) == "2000-02-29T23:59:59.999Z"
+
+
+def test_iso_from_ns_past_year_9999_fails_as_datetime_does() -> None:
+    import pytest
+
+    from wt_otel._util.clock import _iso_from_ns_datetime
+
+    ns = 253_402_300_800 * 10**9
+    with pytest.raises(ValueError) as fast:
+        iso_from_ns(ns)
+    with pytest.raises(ValueError) as reference:
+        _iso_from_ns_datetime(ns)
+    assert str(fast.value) == str(reference.value)

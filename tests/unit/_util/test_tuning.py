@@ -35,3 +35,17 @@ def test_tune_gc_freezes_start_up_and_raises_the_young_threshold() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_gc_tuned_is_undone_after_the_work() -> None:
+    """The importer's pass 2 runs inside `gc_tuned()`: tuned while it runs, the caller's settings after
+    (import_dumps is a library call too), also when the work raises."""
+    from wt_otel._util.tuning import gc_tuned
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with gc_tuned():
+        assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > frozen
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), gc_tuned():
+        raise RuntimeError("a batch failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -54,3 +54,31 @@ def test_the_cached_tail_is_what_the_dumper_writes():
     tail = {"assertions": [], "fixtures": dict(scenario.FIXTURES), "scorer": "scorer.py", "runs": 1}
     assert scenario._tail_yaml() == yaml.dump(tail, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True,
                                               width=100).rstrip()
+
+
+def test_the_resolver_fast_path_gives_the_safe_resolvers_tags():
+    """`_Dumper.resolve` skips the resolver's lists and regexes for scalars no implicit resolver claims by
+    their first character, and for collections: the tags are the safe resolver's, for every flag pair, and
+    a resolver registered later (here on a subclass) is honoured, not bypassed."""
+    import io
+    import random
+    import re
+    import string
+
+    rng = random.Random(5)
+    values = TRICKY + ["true", "True", "OFF", "12:30:00", "-", "é"] + [
+        "".join(rng.choice(string.printable + "é☃") for _ in range(rng.randrange(0, 10))) for _ in range(3000)]
+    safe = getattr(yaml, "CSafeDumper", yaml.SafeDumper)(io.StringIO())
+    ours = scenario._Dumper(io.StringIO())
+    for value in values:
+        for implicit in ((True, False), (False, True), (True, True), (False, False)):
+            assert ours.resolve(yaml.ScalarNode, value, implicit) == safe.resolve(yaml.ScalarNode, value, implicit)
+    for kind in (yaml.MappingNode, yaml.SequenceNode):
+        assert ours.resolve(kind, None, (True, False)) == safe.resolve(kind, None, (True, False))
+
+    class Shouting(scenario._Dumper):
+        pass
+
+    Shouting.add_implicit_resolver("!shout", re.compile(r"^HEY$"), list("H"))
+    assert Shouting(io.StringIO()).resolve(yaml.ScalarNode, "HEY", (True, False)) == "!shout"
+    assert ours.resolve(yaml.ScalarNode, "HEY", (True, False)) == "tag:yaml.org,2002:str"

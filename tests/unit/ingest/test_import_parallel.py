@@ -209,12 +209,49 @@ def test_output_folder_problems_and_empty_inputs_match(tmp_path):
 
 
 def test_workers_started_before_pass_one_write_the_same(tmp_path, monkeypatch):
-    """A large input starts the workers' forkserver before pass 1 (its imports overlap the scan): the
-    files and the report are the single-process import's, and again with --force over them."""
+    """A large input starts the workers' forkserver before pass 1 (its imports overlap the scan) when the
+    workers cannot be forks of the importer: the files and the report are the single-process import's,
+    and again with --force over them."""
     import wt_otel.ingest.importer as importer
 
     monkeypatch.setattr(importer, "EARLY_WORKERS_BYTES", 1)
+    monkeypatch.setattr(importer, "_can_fork", lambda: False)
+    from multiprocessing import forkserver
+
+    started = []
+    real = forkserver.ensure_running
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: (started.append(True), real())[1])
     paths = write_dump(tmp_path / "dump", sessions=40, seed=13)
     same(reference(paths, tmp_path / "ref"), parallel(paths, tmp_path / "new", jobs=2, batch_sessions=7))
     same(reference(paths, tmp_path / "ref", force=True),
          parallel(paths, tmp_path / "new", force=True, jobs=2, batch_sessions=7))
+    assert started, "the forkserver was not started before pass 1"
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["fork", "forkserver"])
+def test_forked_and_forkserver_workers_write_the_same(tmp_path, monkeypatch, fork):
+    """Pass 2's workers are forks of the importer when it runs no other thread (Linux), else they come
+    from a forkserver: either way the files and the report are the single-process import's."""
+    import sys
+    import threading
+
+    import wt_otel.ingest.importer as importer
+
+    if fork and sys.platform != "linux":
+        pytest.skip("workers are forked on Linux only")
+    monkeypatch.setattr(importer, "_can_fork", lambda: fork)
+    paths = write_dump(tmp_path / "dump", sessions=40, seed=29)
+    context = importer._pool_context("wt_otel.exporters.scenario_dir")
+    assert context.get_start_method() == ("fork" if fork else "forkserver")
+    same(reference(paths, tmp_path / "ref"), parallel(paths, tmp_path / "new", jobs=2, batch_sessions=7))
+    monkeypatch.undo()
+    if sys.platform == "linux" and threading.active_count() == 1:
+        assert importer._can_fork()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not importer._can_fork(), "a second thread must rule out fork"
+    finally:
+        stop.set()
+        other.join()
