@@ -201,11 +201,11 @@ class RecordingProxy(BackgroundHTTPServer):
             response = urllib.request.urlopen(request, timeout=UPSTREAM_TIMEOUT_S)
         except urllib.error.HTTPError as exc:
             response = exc
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # noted before the reply: a client that sees the 502 finds the note
+            self._note({"event": "upstream_error", "path": handler.path, "error": str(exc)})
             handler._send(502, {"error": {"message": f"wt-otel record proxy: upstream {self.upstream} "
                                                      f"unreachable: {exc}", "type": "api_error",
                                           "code": "upstream_unreachable"}})
-            self._note({"event": "upstream_error", "path": handler.path, "error": str(exc)})
             return
         status = response.status if hasattr(response, "status") else response.code
         stream = "text/event-stream" in (response.headers.get("Content-Type") or "")
