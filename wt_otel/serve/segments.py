@@ -165,7 +165,8 @@ class SegmentLog:
         self.on_health: Callable[[str | None], None] | None = None
         self.failing: str | None = None
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(self._lock)  # receivers wait here for their entry's group commit
+        self._work = threading.Condition(self._lock)  # the committer waits here for appends (one waiter, no herd)
         self._pins: dict[int, int] = {}  # position -> count: appended, not yet with the assembler
         # its own lock: the pipeline releases pins while a receiver holds `_lock` writing a request
         self._pins_lock = threading.Lock()
@@ -279,7 +280,7 @@ class SegmentLog:
             self.pin(pos)
             self._dirty.add(sig)
             self._pending += 1
-            self._cond.notify_all()
+            self._work.notify()
             return Ticket(pos, offset + size, seg, seg.epoch)
 
     def wait(self, ticket: Ticket, timeout: float = 30.0) -> None:
@@ -411,7 +412,7 @@ class SegmentLog:
         while True:
             with self._cond:
                 while not self._dirty and not self._closing:
-                    self._cond.wait()
+                    self._work.wait()
                 if self._closing and not self._dirty:
                     return
             delay = self._last_sync + self.commit_interval - time.monotonic()
@@ -521,6 +522,7 @@ class SegmentLog:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            self._work.notify_all()
         self._committer.join(10)
         with self._lock:
             for seg in self._open.values():
