@@ -885,7 +885,7 @@ class DataDirStore:
         journal's rule). A failed write (full disk) is cut back off, so the next line does not follow a torn one.
         The lines of sessions kept by reference since the last batch go first, in the same batch."""
         path = self.root / INDEX
-        size = path.stat().st_size if path.exists() else 0
+        size = self._index_size()
         entries = entry if isinstance(entry, list) else [entry]
         indexed, self._unindexed = self._unindexed, []
         try:  # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
@@ -904,13 +904,21 @@ class DataDirStore:
             return
         indexed, self._unindexed = self._unindexed, []
         try:
-            size = os.stat(self.root / INDEX).st_size if (self.root / INDEX).exists() else 0
+            size = self._index_size()
             self._index.append([line for _, line in indexed], encoded=True)
         except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
             self._unindexed = indexed + self._unindexed
             log.warning("cannot append %d index line(s) to %s (%s); retrying", len(indexed), INDEX, e)
             return
         self._indexed_appended(indexed, size)
+
+    def _index_size(self) -> int:
+        """Where the next line starts (this process is the index's only writer): to cut back a failed
+        write, and to note where each kept session's line is."""
+        try:
+            return os.stat(self.root / INDEX).st_size
+        except FileNotFoundError:
+            return 0
 
     def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]], offset: int) -> None:
         """The lines of sessions kept by reference are in, from byte `offset` of the index (this process is its
