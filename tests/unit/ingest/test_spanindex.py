@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -303,21 +302,6 @@ def test_forcing_native_without_the_extension_names_the_cause(monkeypatch):
         spanindex._choose()
     monkeypatch.setenv(spanindex.ENV_VAR, "auto")
     assert spanindex._choose()[0] == "python"
-
-
-def test_native_is_faster_than_python():
-    """Not a threshold on time: both run the same request in one process, the ratio only has to favour C."""
-    native = implementation("native")
-    body = request(*[s for n in range(1, 21) for s in session_spans(n, 0)])
-    best = {}
-    for name, fn in (("python", spanindex.scan_python), ("native", native)):
-        runs = []
-        for _ in range(3):
-            t = time.perf_counter()
-            fn(body)
-            runs.append(time.perf_counter() - t)
-        best[name] = min(runs)
-    assert best["native"] < best["python"]
 
 
 # --------------------------------------------------------------------------- runs (what serve keeps by reference)
