@@ -1,10 +1,11 @@
-"""The one thing pyproject.toml cannot say: the optional C extension (the native span index).
+"""The one thing pyproject.toml cannot say: the optional C extensions (the native span index and wire check).
 
-`optional=True`: when it cannot be built (no C compiler, no Python headers) setuptools warns and the
-install goes on without it; `wt_otel.ingest.spanindex` then runs its pure-Python fallback (upb on a lean schema).
+`optional=True`: when they cannot be built (no C compiler, no Python headers) setuptools warns and the
+install goes on without them; `wt_otel.ingest.spanindex` then runs its pure-Python fallback (upb on a lean
+schema) and `wt_otel.ingest.wirecheck` asks upb itself.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("wt_otel.ingest._spanindex", ["wt_otel/ingest/_spanindex.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[Extension(f"wt_otel.ingest.{name}", [f"wt_otel/ingest/{name}.c"], optional=True,
+                             extra_compile_args=["-O2"]) for name in ("_spanindex", "_wirecheck")])

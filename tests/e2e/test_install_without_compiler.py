@@ -29,6 +29,9 @@ from wt_otel.ingest import spanindex
 print(spanindex.__file__)
 print(spanindex.native_available(), spanindex.implementation())
 print(spanindex.scan(ExportTraceServiceRequest().SerializeToString()))
+from wt_otel.ingest.wirecheck import WireCheck
+check = WireCheck(ExportTraceServiceRequest)
+print(check.native, check.problem(b""), check.problem(b"\\x0a\\x05ab") is not None)
 """
 
 
@@ -43,11 +46,13 @@ def test_pip_install_e_without_a_c_compiler_installs_and_falls_back(tmp_path):
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     assert "_spanindex" in install.stdout + install.stderr  # setuptools tried, and said it could not
     assert not list((src / "wt_otel" / "ingest").glob("_spanindex*.so"))
+    assert not list((src / "wt_otel" / "ingest").glob("_wirecheck*.so"))
     clean = {k: v for k, v in os.environ.items() if k not in ("WT_OTEL_SPANINDEX", "PYTHONPATH")}
     check = subprocess.run([str(python), "-c", CHECK, sysconfig.get_paths()["purelib"]], capture_output=True,
                            text=True, timeout=120, env=clean, cwd=tmp_path)  # not here: '' on sys.path
     assert check.returncode == 0, check.stderr
-    where, chosen, scanned = check.stdout.splitlines()
+    where, chosen, scanned, checked = check.stdout.splitlines()
     assert where == str(src / "wt_otel" / "ingest" / "spanindex.py")
     assert chosen == "False python"
     assert scanned == "[]"
+    assert checked == "False None True"  # the wire check is upb's

@@ -5,6 +5,8 @@ never anything else; `pytest` runs the fast profile, `pytest -m fuzz` the long o
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given
@@ -15,8 +17,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.support.fuzzing import GENAI_KEYS, _depth, count, json_values, record_lists
 from tests.support.hostile import genai_session, tid, to_request
-from tests.support.spanindex import any_value, implementation, outcome, text, truth, view
+from tests.support.spanindex import any_value, implementation, native_or_skip, outcome, text, truth, view
 from wt_otel.ingest import spanindex
+from wt_otel.ingest.wirecheck import WireCheck
 
 pytestmark = pytest.mark.fuzz
 
@@ -33,7 +36,30 @@ def _seed() -> bytes:
 SEED = _seed()
 
 
+def _decodes(body: bytes) -> bool:
+    try:
+        ExportTraceServiceRequest.FromString(body)
+    except DecodeError:
+        return False
+    return True
+
+
+@functools.cache
+def _native_check() -> WireCheck:
+    native_or_skip()
+    return WireCheck(ExportTraceServiceRequest, native=True)
+
+
+def _keeps_the_promise(body: bytes) -> bool:
+    """The native wire check (wirecheck.py) finds no problem only in bytes upb decodes; returns upb's answer."""
+    decodes = _decodes(body)
+    if _native_check().problem(body) is None:
+        assert decodes
+    return decodes
+
+
 def _agree(body: bytes) -> tuple[str, str]:
+    _keeps_the_promise(body)
     native = implementation("native")
     got = outcome(spanindex.scan_python, body)
     assert outcome(spanindex.scan_wire, body) == got
@@ -107,6 +133,8 @@ def requests(draw: st.DrawFn) -> bytes:
 def test_generated_requests_index_as_the_decoder_reads_them(body):
     count("spanindex_generated")
     kind, _ = _agree(body)
+    if _decodes(body):  # well-formed requests of known fields: the check settles them, no fallback to upb
+        assert _native_check().problem(body) is None
     try:
         expected = truth(body)
     except DecodeError:

@@ -24,6 +24,7 @@ is still a 400) and counted in `wt_otel_metric_points_dropped_total`.
 from __future__ import annotations
 
 import enum
+import functools
 import hmac
 import json
 import logging
@@ -53,6 +54,7 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
+from wt_otel.ingest.wirecheck import WireCheck
 from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRefs, count
 from wt_otel.serve.budget import DECODED_PER_WIRE_BYTE
 from wt_otel.serve.metrics import Metrics
@@ -411,10 +413,11 @@ def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen 
     indexed = index_refs(body, screen)
     if indexed is None:
         return None
-    try:  # what the index does not read must decode too (UTF-8 in skipped strings...): acknowledged = renderable
-        ExportTraceServiceRequest.FromString(body)
-    except DecodeError:
-        return None  # decode() says what is wrong, as before
+    # what the index does not read must decode too (UTF-8 in skipped strings...): acknowledged = renderable.
+    # The native check runs without the GIL; a problem (or a case it leaves to upb) goes to decode(), which
+    # says what is wrong, as before
+    if _traces_check().problem(body) is not None:
+        return None
     refs, received = indexed
     kept = count(refs)
     metrics.inc("wt_otel_spans_received_total", received)
@@ -427,6 +430,11 @@ def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen 
         return _counted_refusal(admission, reason, kept, metrics)
     # the request as received (ordinals count its every span), not only the kept spans
     return _append_and_queue(Signal.TRACES, body, refs, pipeline, segments, metrics, Decoded([], received, 0, ""))
+
+
+@functools.cache
+def _traces_check() -> WireCheck:
+    return WireCheck(ExportTraceServiceRequest)
 
 
 def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[SpanRefs], int] | None:
