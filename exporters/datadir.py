@@ -882,34 +882,33 @@ class DataDirStore:
 
     def _append(self, entry: dict[str, Any] | list[dict[str, Any]]) -> None:
         """One line (or a batch: one write(2) each, one fsync for all) fsynced before the write counts (the
-        journal's rule). A failed write (full disk) is cut back off, so the next line does not follow a torn one.
-        The lines of sessions kept by reference since the last batch go first, in the same batch."""
-        path = self.root / INDEX
-        size = self._index_size()
+        journal's rule); the lines of sessions kept by reference since the last batch go first."""
         entries = entry if isinstance(entry, list) else [entry]
-        indexed, self._unindexed = self._unindexed, []
-        try:  # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
-            self._index.append([*(line for _, line in indexed), *(encode_line(safejson.sanitize(e)) for e in entries)],
-                               encoded=True)
-        except OSError:
-            self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
-            with contextlib.suppress(OSError), open(path, "r+b") as f:
-                f.truncate(size)
-            raise
-        self._indexed_appended(indexed, size)
+        # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
+        self._append_lines([encode_line(safejson.sanitize(e)) for e in entries])
 
     def _append_indexed_locked(self) -> None:
         """Append the lines of the sessions kept by reference since the last batch (each tick)."""
         if not self._unindexed:
             return
+        try:
+            self._append_lines([])
+        except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
+            log.warning("cannot append %d index line(s) to %s (%s); retrying", len(self._unindexed), INDEX, e)
+
+    def _append_lines(self, lines: list[bytes]) -> None:
+        """The pending lines of sessions kept by reference, then `lines`, as one batch. A failed write (full
+        disk) is cut back off, so the next batch does not follow a torn line and the offsets the key table
+        notes stay exact; the pending lines stay pending (OSError is raised)."""
+        size = self._index_size()
         indexed, self._unindexed = self._unindexed, []
         try:
-            size = self._index_size()
-            self._index.append([line for _, line in indexed], encoded=True)
-        except OSError as e:  # retried next tick; their spans stay in the segment log (`pinned_position`)
-            self._unindexed = indexed + self._unindexed
-            log.warning("cannot append %d index line(s) to %s (%s); retrying", len(indexed), INDEX, e)
-            return
+            self._index.append([*(line for _, line in indexed), *lines], encoded=True)
+        except OSError:
+            self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
+            with contextlib.suppress(OSError), open(self.root / INDEX, "r+b") as f:
+                f.truncate(size)
+            raise
         self._indexed_appended(indexed, size)
 
     def _index_size(self) -> int:

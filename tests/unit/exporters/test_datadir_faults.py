@@ -10,10 +10,13 @@ import os
 import pytest
 
 from tests.support.hostile import HUGE_INT_ARGS, SURROGATE_TEXT, genai_session, tid
+from wt_otel._util import journal as journal_mod
+from wt_otel.components import IndexedSession
 from wt_otel.contracts import validate_data
 from wt_otel.exporters import datadir as datadir_mod
 from wt_otel.exporters.datadir import DataDirStore, read_index
 from wt_otel.ingest.sessions import build_session
+from wt_otel.model.spans import SpanRefs
 from wt_otel.serve.metrics import Metrics
 
 
@@ -154,3 +157,41 @@ def test_files_and_directory_are_fsynced_before_the_index_line(tmp_path, monkeyp
     assert any(o.startswith("fsync:.") and o.endswith(".tmp") for o in order[:rename_at])  # the temp dir
     assert order[rename_at + 1] == "fsync:sessions"  # the parent, after the rename
     assert order[-1] == "index" and order.index("index") > rename_at + 1
+
+
+
+def test_a_torn_batch_of_kept_sessions_lines_is_cut_back_and_their_offsets_stay_exact(tmp_path, monkeypatch, caplog):
+    """A full disk in the middle of the tick's batch of index lines for sessions kept by reference: the torn
+    line is cut off, the lines are appended whole on the next tick, and each is read back at the offset the
+    key table noted (not found by reading the whole index through)."""
+    store = DataDirStore(tmp_path, render="flagged")
+    store.write(_session(1))
+    before = (tmp_path / "sessions.ndjsonl").stat().st_size
+    keys = [tid(n) for n in range(2, 5)]
+    for n, key in enumerate(keys):
+        assert store.keep_indexed(IndexedSession(key, [SpanRefs(key, None, 1000 + n, [0, 1, 2])], True))
+    writes = {"n": 0}
+    real_write = os.write
+
+    def write(fd, data):
+        if _is_index(fd):
+            writes["n"] += 1
+            if writes["n"] == 2:  # the second line: half of it lands, then the disk is full
+                real_write(fd, bytes(data[: len(data) // 2]))
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(journal_mod.os, "write", write)
+    with caplog.at_level("WARNING"):
+        store.retry_deferred()
+    assert "cannot append 3 index line(s)" in caplog.text
+    assert (tmp_path / "sessions.ndjsonl").stat().st_size == before  # the torn batch is cut off
+    monkeypatch.setattr(journal_mod.os, "write", real_write)
+    store.retry_deferred()
+    index = read_index(tmp_path)
+    assert index.problems == [] and [e["key"] for e in index.entries] == [tid(1), *keys]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert [store._indexed_line(key)["segments"] for key in keys] == [[[1000 + n, [0, 1, 2]]] for n in range(3)]
+    assert "is not where it was" not in caplog.text
+    store.close()
