@@ -142,7 +142,9 @@ class SessionAssembler:
         self._warned: OrderedDict[str, set[str]] = OrderedDict()  # warnings already logged, per session key
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
-        self._root_ended: set[str] = set()
+        # keys of open sessions whose root span arrived, least recently active first (as `_open`): a tick
+        # finds those past their grace at the front, without looking at the others
+        self._root_ended: OrderedDict[str, None] = OrderedDict()
         self._retained: OrderedDict[str, _Group] = OrderedDict()  # oldest written first
         self._holding: OrderedDict[str, None] = OrderedDict()  # retained keys still holding records, oldest first
         self._retained_records = 0
@@ -209,8 +211,12 @@ class SessionAssembler:
                 if now - group.last_seen < self.idle_timeout:
                     break
                 due.append(group)
-            due += [self._open[k] for k in self._root_ended
-                    if k in self._open and self.idle_timeout > now - self._open[k].last_seen >= self.grace]
+            for key in self._root_ended:
+                group = self._open[key]
+                if now - group.last_seen < self.grace:
+                    break
+                if now - group.last_seen < self.idle_timeout:  # else idle: due above
+                    due.append(group)
             started = time.perf_counter()
             for n, group in enumerate(due, 1):
                 self._emit(group, now, complete=True)
@@ -350,14 +356,14 @@ class SessionAssembler:
         group.last_seen = now
         self._open[key] = group
         if group.root_ended:
-            self._root_ended.add(key)
+            self._root_ended[key] = None  # active now: the newest
         self.metrics.inc("wt_otel_sessions_reopened_total")
         return group
 
     def _merge(self, into: _Group, other: _Group) -> None:
         """Two sessions turned out to share a conversation: one session, the older key."""
         del self._open[other.key]
-        self._root_ended.discard(other.key)
+        self._root_ended.pop(other.key, None)
         into.held.extend(other.held)
         into.nbytes += other.nbytes
         into.count += other.count
@@ -366,9 +372,7 @@ class SessionAssembler:
         into.roots |= other.roots
         if other.min_pos >= 0 and (into.min_pos < 0 or other.min_pos < into.min_pos):
             into.min_pos = other.min_pos
-        into.root_ended = into.root_ended or other.root_ended
-        if into.root_ended:
-            self._root_ended.add(into.key)
+        into.root_ended = into.root_ended or other.root_ended  # `_attach` (next) files it under `_root_ended`
         if self._is_written(other.key):
             into.absorbed.append(other.key)
         into.absorbed.extend(other.absorbed)
@@ -394,7 +398,6 @@ class SessionAssembler:
                 group.roots.add(trace_id)
                 if any(op not in INFERENCE_OPERATIONS for op in operations):  # an agent root: the session ends
                     group.root_ended = True
-                    self._root_ended.add(group.key)
         group.nbytes += size
         self._open_bytes += size
         group.traces.add(trace_id)
@@ -404,6 +407,9 @@ class SessionAssembler:
             self._by_conv[conv] = group.key
         group.last_seen = now
         self._open.move_to_end(group.key)
+        if group.root_ended:
+            self._root_ended[group.key] = None
+            self._root_ended.move_to_end(group.key)
 
     # ------------------------------------------------------------------ completion
 
@@ -411,7 +417,7 @@ class SessionAssembler:
         """Build the Session, hand it to the sink, keep the records for late arrivals."""
         del self._open[group.key]
         self._open_bytes -= group.nbytes
-        self._root_ended.discard(group.key)
+        self._root_ended.pop(group.key, None)
         if reason:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
         held = group.held

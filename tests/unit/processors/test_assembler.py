@@ -87,6 +87,27 @@ def test_root_ended_plus_grace_completes_early():
     assert len(sink.sessions) == 1 and sink.sessions[0].complete
 
 
+def test_grace_runs_from_each_sessions_last_record_whatever_order_the_roots_came_in():
+    """Sessions whose root has arrived wait in order of last activity: a late record sends one to the back,
+    and a tick completes those past their grace in front of it, not it."""
+    asm, sink, _ = make(idle_timeout=30, grace=2)
+    first, second = weather_session(tid(1)), weather_session(tid(2))
+    asm.consume([first[0], first[-1]], now=10.0)  # each root with the first chat
+    asm.consume([second[0], second[-1]], now=10.5)
+    asm.consume(first[1:-1], now=11.0)  # the rest of the first session arrives last
+    asm.tick(12.6)
+    assert [s.key for s in sink.sessions] == [tid(2)]
+    asm.tick(12.99)
+    assert len(sink.sessions) == 1
+    asm.tick(13.0)
+    assert [s.key for s in sink.sessions] == [tid(2), tid(1)] and all(s.complete for s in sink.sessions)
+    asm.consume(second[1:-1], now=14.0)  # late: reopened, root already seen, so due again after its grace
+    asm.tick(15.99)
+    assert len(sink.sessions) == 2
+    asm.tick(16.0)
+    assert [s.key for s in sink.sessions] == [tid(2), tid(1), tid(2)] and asm.open_sessions == 0
+
+
 def test_nested_invoke_agent_does_not_end_the_session():
     asm, sink, _ = make(idle_timeout=30, grace=2)
     root = agent(tid(1))
