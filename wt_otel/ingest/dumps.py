@@ -740,7 +740,9 @@ def scan_message(data: bytes) -> tuple[bool, int, list[tuple[str, str | None]]]:
     refuses raises its ValueError."""
     traces = _parse(ExportTraceServiceRequest(), data)
     if traces is not None:
-        found = _scan_spans(traces)
+        found = _native_scan_spans(traces, data)
+        if found is None:
+            found = _scan_spans(traces)
         if found:
             return False, len(found), found
     logs = _parse(ExportLogsServiceRequest(), data)
@@ -769,6 +771,40 @@ def _scan_spans(req: ExportTraceServiceRequest) -> list[tuple[str, str | None]]:
                 if len(trace_id) != 16 or len(span.span_id) != 8:
                     return []
                 found.append((trace_id.hex(), _conversation(span.attributes)))
+    return found
+
+
+_native_scan: Any = None  # spanindex.scan_native once looked up; False: not to be used
+
+
+def _native_scan_spans(req: ExportTraceServiceRequest, data: bytes) -> list[tuple[str, str | None]] | None:
+    """`_scan_spans` from the native span index (`spanindex`, the C scanner serve uses): the same trace ids and
+    conversation ids (`SpanEntry.conversation` is `conversation_id` of the span's attributes) without a Python
+    loop over every span and its attributes, ~3x less of pass 1's time. Only for bytes upb already parsed as
+    traces; None (use `_scan_spans`) when the scanner is not built or not chosen (WT_OTEL_SPANINDEX), refuses
+    the bytes, or counts other spans than upb did."""
+    global _native_scan
+    if _native_scan is None:
+        from wt_otel.ingest import spanindex
+
+        try:
+            use = spanindex.implementation() == "native"
+        except spanindex.SpanIndexUnavailable:
+            use = False
+        _native_scan = spanindex.scan_native if use else False
+    if _native_scan is False:
+        return None
+    try:
+        entries = _native_scan(data)
+    except ValueError:  # SpanIndexError: the decoder's reading decides
+        return None
+    if len(entries) != sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans):
+        return None
+    found = []
+    for e in entries:
+        if len(e.trace_id) != 32 or len(e.span_id) != 16:
+            return []
+        found.append((e.trace_id, e.conversation))
     return found
 
 

@@ -182,6 +182,42 @@ def test_a_growing_history_decodes_like_a_fresh_one():
     assert read_messages(bad) == [{"role": "user", "parts": [{"type": "text", "content": bad}]}]
 
 
+def test_the_views_memo_finds_what_a_walk_over_every_view_finds():
+    """`_Views.extended` (bucketed by role and head) picks the view the linear walk over all views, most
+    recently used first, would pick: across roles, shared heads, several candidates, hits and evictions."""
+    import random
+
+    from wt_otel.ingest import messages
+
+    rng = random.Random(7)
+    walk: list[tuple[tuple[str, str], int]] = []  # (key, stamp): every view, as the walk saw them
+
+    def walked(text: str, role: str) -> int | None:
+        """The length of the view the walk picks (the most recently used one `text` continues)."""
+        matches = [(stamp, len(seen)) for (r, seen), stamp in walk if r == role and len(seen) < len(text)
+                   and text[len(seen) - 1] == "," and text.startswith(seen[:-1])]
+        return max(matches)[1] if matches else None
+
+    views = messages._Views()
+    stamp = 0
+    prefixes = ["[" + "a" * 200, "[" + "a" * 120 + "b" * 80, "[" + "c" * 300]
+    for _ in range(3000):
+        role = rng.choice(["user", "assistant"])
+        text = rng.choice(prefixes) + "".join(f', "{rng.randint(0, 3)}"' for _ in range(rng.randint(0, 4))) + "]"
+        found = views.extended(text, role)
+        assert (None if found is None else found[1]) == walked(text, role), text
+        key = (role, text)
+        stamp += 1
+        if views.get(key) is not None:
+            walk = [(k, stamp if k == key else s) for k, s in walk]
+            continue
+        views.add(key, [{"role": role, "parts": []}])
+        walk.append((key, stamp))
+        if len(walk) > messages._RECENT_SIZE:
+            walk.remove(min(walk, key=lambda ks: ks[1]))
+        assert len(views) == len(walk)
+
+
 def test_memoized_results_are_copies():
     first = read_messages(ENCODINGS["openai-chat"])
     first[1]["parts"][0]["id"] = "changed"

@@ -141,6 +141,29 @@ def test_all_implementations_agree_entry_for_entry():
         assert repr(native(body)) == expect == repr(spanindex.scan_python(body))
 
 
+def test_import_pass_one_reads_the_same_ids_through_the_native_scanner(monkeypatch):
+    """`dumps.scan_message` (pass 1 of `wt-otel import`) takes trace and conversation ids from the native
+    scanner when it is built: the same as its Python walk over the decoded request, span for span."""
+    from wt_otel.ingest import dumps
+
+    implementation("native")
+    bodies = [rich_request(), *(b for d in producer_dumps() for b in trace_requests(d)),
+              request(*session_spans(7, 1_700_000_000_000_000_000)),
+              request(Span(trace_id=T1, span_id=b"\x01" * 8), Span(trace_id=T1, span_id=b"\x02" * 4))]
+
+    def scanned(body: bytes) -> object:
+        try:
+            return dumps.scan_message(body)
+        except ValueError as e:
+            return str(e)
+
+    native = [scanned(body) for body in bodies]
+    assert dumps._native_scan is spanindex.scan_native
+    monkeypatch.setattr(dumps, "_native_scan", False)  # the Python walk only
+    assert native == [scanned(body) for body in bodies]
+    assert native[-1] == (True, 2, [])  # a span without a valid id: not traces (permissive protobuf: logs)
+
+
 # --------------------------------------------------------------------------- hostile bytes
 
 
