@@ -27,9 +27,12 @@ Generations wholly below the checkpoint are deleted, except, newest first, those
 `spans_of` reads such a session's spans back (`wt-otel sessions render`). Those retained generations do not
 count against `max_bytes`, which caps only what the checkpoint still needs.
 
-Group commit. Writers `append` (one write(2) under a lock) and `wait`; one
-committer thread fsyncs the dirty files at most every `commit_interval` seconds
-and wakes every waiter it covered. A failed write or fsync (full disk, EIO)
+Group commit. Writers `append` (one write(2) under a lock) and `wait`. The first
+waiter to find no commit under way runs one (the leader): it fsyncs every dirty
+file, at most every `commit_interval` seconds, and wakes every waiter it
+covered; whoever arrives during it waits for it, or leads the next. No thread of
+its own: a committer thread cost two GIL hand-offs per request (wake it, then be
+woken by it), the largest part of a request's time in serve under load. A failed write or fsync (full disk, EIO)
 truncates the file back to what was fsynced and raises `SegmentUnavailable` in
 every affected waiter: the request is refused (503 / UNAVAILABLE + retry info),
 never acknowledged. Past `max_bytes` on disk, `SegmentFull` (429 /
@@ -166,11 +169,11 @@ class SegmentLog:
         self.failing: str | None = None
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # receivers wait here for their entry's group commit
-        self._work = threading.Condition(self._lock)  # the committer waits here for appends (one waiter, no herd)
         self._pins: dict[int, int] = {}  # position -> count: appended, not yet with the assembler
         # its own lock: the pipeline releases pins while a receiver holds `_lock` writing a request
         self._pins_lock = threading.Lock()
         self._dirty: set[int] = set()  # signals with unsynced bytes
+        self._committing = False  # a waiter is running a group commit (the others wait for it)
         self._closing = False
         self.opened = self._scan()
         self.recovery: list[str] = self.opened.torn + self.opened.problems
@@ -186,8 +189,6 @@ class SegmentLog:
         self._checkpoint = self.opened.checkpoint
         self._last_sync = 0.0
         self._pending = 0  # entries appended since the last commit
-        self._committer = threading.Thread(target=self._commit_loop, name="wt-otel-segments", daemon=True)
-        self._committer.start()
         self._gauges()
 
     # ------------------------------------------------------------------ start-up
@@ -280,11 +281,11 @@ class SegmentLog:
             self.pin(pos)
             self._dirty.add(sig)
             self._pending += 1
-            self._work.notify()
             return Ticket(pos, offset + size, seg, seg.epoch)
 
     def wait(self, ticket: Ticket, timeout: float = 30.0) -> None:
-        """Return once the ticket's bytes are fsynced; SegmentUnavailable if they never will be."""
+        """Return once the ticket's bytes are fsynced; SegmentUnavailable if they never will be. With no
+        commit under way, this caller runs the next one (for every waiter), else it waits for it."""
         deadline = time.monotonic() + timeout
         seg = ticket.segment
         with self._cond:
@@ -293,6 +294,9 @@ class SegmentLog:
                     raise SegmentUnavailable(seg.error or "the segment could not be fsynced")
                 if seg.committed >= ticket.end:
                     return
+                if not self._committing and self._dirty:
+                    self._commit_locked()
+                    continue
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SegmentUnavailable(f"fsync did not complete within {timeout:g}s")
@@ -408,42 +412,47 @@ class SegmentLog:
 
     # ------------------------------------------------------------------ group commit
 
-    def _commit_loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._dirty and not self._closing:
-                    self._work.wait()
-                if self._closing and not self._dirty:
-                    return
+    def _commit_locked(self) -> None:
+        """One group commit, run by a waiter with the lock held: the lock is let go while it waits out
+        `commit_interval` (appends join the batch) and while it fsyncs (appends go on)."""
+        self._committing = True
+        try:
             delay = self._last_sync + self.commit_interval - time.monotonic()
             if delay > 0 and not self._closing:
-                time.sleep(delay)
-            with self._cond:
-                batch = [(self._open[s], self._open[s].size, self._open[s].epoch) for s in self._dirty
-                         if s in self._open]
-                self._dirty.clear()
-                entries, self._pending = self._pending, 0
-            results: list[OSError | None] = []
-            for seg, _size, _epoch in batch:  # outside the lock: appends go on while the disk syncs
+                self._lock.release()
                 try:
-                    self.fsync(seg.fd)
-                    results.append(None)
-                except OSError as e:
-                    results.append(e)
+                    time.sleep(delay)
+                finally:
+                    self._lock.acquire()
+            batch = [(self._open[s], self._open[s].size, self._open[s].epoch) for s in self._dirty if s in self._open]
+            self._dirty.clear()
+            entries, self._pending = self._pending, 0
+            results: list[OSError | None] = []
+            self._lock.release()
+            try:
+                for seg, _size, _epoch in batch:
+                    try:
+                        self.fsync(seg.fd)
+                        results.append(None)
+                    except OSError as e:
+                        results.append(e)
+            finally:
+                self._lock.acquire()
             self._last_sync = time.monotonic()
-            with self._cond:
-                for (seg, size, epoch), err in zip(batch, results, strict=True):
-                    if seg.closed or seg.epoch != epoch:
-                        continue  # rotation synced it, or a failed write cut it: nothing to record
-                    if err is None:
-                        seg.committed = max(seg.committed, size)
-                        self.metrics.inc("wt_otel_segment_fsyncs_total")
-                    else:
-                        self._fail_locked(seg, err)
-                if batch:
-                    self.metrics.inc("wt_otel_segment_commit_batches_total")
-                    self.metrics.inc("wt_otel_segment_commit_entries_total", entries)
-                self._cond.notify_all()
+            for (seg, size, epoch), err in zip(batch, results, strict=True):
+                if seg.closed or seg.epoch != epoch:
+                    continue  # rotation synced it, or a failed write cut it: nothing to record
+                if err is None:
+                    seg.committed = max(seg.committed, size)
+                    self.metrics.inc("wt_otel_segment_fsyncs_total")
+                else:
+                    self._fail_locked(seg, err)
+            if batch:
+                self.metrics.inc("wt_otel_segment_commit_batches_total")
+                self.metrics.inc("wt_otel_segment_commit_entries_total", entries)
+        finally:
+            self._committing = False
+            self._cond.notify_all()
 
     # ------------------------------------------------------------------ checkpoint, retention
 
@@ -522,8 +531,8 @@ class SegmentLog:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-            self._work.notify_all()
-        self._committer.join(10)
+            while self._committing:  # a waiter's commit: let it finish before the files close under it
+                self._cond.wait(10)
         with self._lock:
             for seg in self._open.values():
                 self._sync_locked(seg)
