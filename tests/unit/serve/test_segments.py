@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -353,3 +354,36 @@ def test_after_a_clean_stop_that_deleted_every_segment_new_appends_still_land_pa
         wait_for(lambda: tid(2) in written(tmp_path))
     finally:
         third.stop()
+
+
+def test_a_hung_fsync_holds_the_export_that_runs_it_and_the_others_are_refused_in_time(tmp_path: Path) -> None:
+    """The first waiter runs the group commit; while its fsync hangs, the next waiter neither runs another
+    on the same file nor waits forever: its timeout refuses it (never acknowledged). Once the fsync returns,
+    the leader's request is durable and a new commit covers what was appended meanwhile."""
+    log = SegmentLog(tmp_path, commit_interval=0)
+    entered, go = threading.Event(), threading.Event()
+    real = log.fsync
+
+    def slow_fsync(fd: int) -> None:
+        entered.set()
+        go.wait(10)
+        real(fd)
+
+    log.fsync = slow_fsync
+    try:
+        first = log.append("traces", b"\x0a\x00")
+        leader = threading.Thread(target=log.wait, args=(first,))
+        leader.start()
+        assert entered.wait(5)
+        second = log.append("traces", b"\x0a\x00")
+        with pytest.raises(SegmentUnavailable, match="fsync did not complete within 0.2s"):
+            log.wait(second, timeout=0.2)
+        go.set()
+        leader.join(5)
+        assert not leader.is_alive() and first.segment.committed >= first.end
+        log.fsync = real
+        log.wait(log.append("traces", b"\x0a\x00"))
+        assert log.metrics.get("wt_otel_segment_commit_batches_total") == 2
+    finally:
+        go.set()
+        log.close()
