@@ -1,7 +1,9 @@
 """The span index's cost per span, side by side in one process, as ratios to a bare upb ParseFromString:
 native (C), the pure-Python fallback (upb on a lean schema + a Python read of the few fields), the wire walk
 in Python (the fallback before; now its reference on hostile input), and what the index stands in front of
-(ParseFromString plus today's conversion into SpanRecords).
+(ParseFromString plus today's conversion into SpanRecords). Also the wire check serve runs before it
+acknowledges a request kept by reference (wt_otel/ingest/wirecheck.py: does every byte decode?), native
+and without the GIL, next to the ParseFromString it replaces.
 
 Two requests of ~500 spans:
   agent  the ingest benchmark's request (bench/ingest_throughput.py: 50 agent sessions of 10 spans, chat
@@ -33,6 +35,7 @@ from ingest_throughput import build_request  # noqa: E402
 
 from wt_otel.ingest import spanindex  # noqa: E402
 from wt_otel.ingest.otlp import check_protobuf_backend, spans_from_request  # noqa: E402
+from wt_otel.ingest.wirecheck import WireCheck  # noqa: E402
 
 
 def noise_request(n: int = 500) -> bytes:
@@ -85,6 +88,7 @@ def main() -> None:
     fns: dict[str, Callable[[bytes], object]] = {"parse": parse_only, "decode": decode}
     if spanindex.native_available():
         fns["native"] = spanindex.scan_native
+        fns["check"] = WireCheck(ExportTraceServiceRequest, native=True).problem
     else:
         print("the native span index is not built (no C compiler at install): only the Python walks are measured")
     fns["python"] = spanindex.scan_python
@@ -94,7 +98,7 @@ def main() -> None:
     print(f"protobuf backend: {check_protobuf_backend()}; median of {args.rounds} interleaved rounds\n")
     labels = {"parse": "bare ParseFromString (upb)", "decode": "ParseFromString + spans_from_request",
               "native": "span index, native (C)", "python": "span index, Python fallback (upb lean)",
-              "wire": "span index, Python wire walk (before)"}
+              "wire": "span index, Python wire walk (before)", "check": "wire check, native (no GIL)"}
     for workload, (body, n) in workloads.items():
         us = measure(fns, body, n, args.rounds)
         genai = sum(e.genai for e in spanindex.scan_python(body))
