@@ -249,60 +249,48 @@ static PyObject *compile_schema(PyObject *self, PyObject *arg) {
     if (!seq)
         return NULL;
     Py_ssize_t nm = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject *lists = NULL; /* each message's fields as a list: sizes fixed before anything is allocated */
+    schema_t *s = NULL;
     if (nm < 1 || nm > INT32_MAX) {
-        Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "compile(messages): at least one message (the root)");
-        return NULL;
+        goto fail;
     }
-    for (Py_ssize_t i = 0; i < nm; i++) {
-        Py_ssize_t k = PySequence_Size(PySequence_Fast_GET_ITEM(seq, i));
-        if (k < 0) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        total += k;
-    }
-    schema_t *s = PyMem_Calloc(1, sizeof(schema_t));
-    if (s) {
-        s->messages = PyMem_Calloc((size_t)nm, sizeof(message_t));
-        s->all = PyMem_Calloc((size_t)(total ? total : 1), sizeof(field_t));
-    }
-    if (!s || !s->messages || !s->all) {
-        if (s) {
-            PyMem_Free(s->messages);
-            PyMem_Free(s->all);
-            PyMem_Free(s);
-        }
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    s->count = nm;
-    field_t *next = s->all;
+    if (!(lists = PyList_New(nm)))
+        goto fail;
     for (Py_ssize_t i = 0; i < nm; i++) {
         PyObject *fields = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i), "a message: a sequence of fields");
         if (!fields)
             goto fail;
+        PyList_SET_ITEM(lists, i, fields);
+        total += PySequence_Fast_GET_SIZE(fields);
+    }
+    if (!(s = PyMem_Calloc(1, sizeof(schema_t))) || !(s->messages = PyMem_Calloc((size_t)nm, sizeof(message_t))) ||
+        !(s->all = PyMem_Calloc((size_t)(total ? total : 1), sizeof(field_t)))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    s->count = nm;
+    field_t *next = s->all;
+    for (Py_ssize_t i = 0; i < nm; i++) {
+        PyObject *fields = PyList_GET_ITEM(lists, i);
         s->messages[i].fields = next;
         s->messages[i].count = PySequence_Fast_GET_SIZE(fields);
         for (Py_ssize_t j = 0; j < s->messages[i].count; j++, next++) {
             unsigned long number;
             int kind, repeated, child;
             if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fields, j), "kiii:field", &number, &kind, &repeated,
-                                  &child)) {
-                Py_DECREF(fields);
+                                  &child))
                 goto fail;
-            }
             if (number == 0 || number > MAX_FIELD || kind < K_VARINT || kind > K_UNSUPPORTED ||
                 (kind == K_MESSAGE && (child < 0 || child >= nm))) {
-                Py_DECREF(fields);
                 PyErr_Format(PyExc_ValueError, "compile(): message %zd field %lu: bad number, kind or child", i,
                              number);
                 goto fail;
             }
             *next = (field_t){(uint32_t)number, (uint8_t)kind, (uint8_t)(repeated != 0), child};
         }
-        Py_DECREF(fields);
     }
+    Py_DECREF(lists);
     Py_DECREF(seq);
     PyObject *capsule = PyCapsule_New(s, CAPSULE_NAME, free_schema);
     if (!capsule) {
@@ -312,10 +300,13 @@ static PyObject *compile_schema(PyObject *self, PyObject *arg) {
     }
     return capsule;
 fail:
+    Py_XDECREF(lists);
     Py_DECREF(seq);
-    PyMem_Free(s->all);
-    PyMem_Free(s->messages);
-    PyMem_Free(s);
+    if (s) {
+        PyMem_Free(s->all);
+        PyMem_Free(s->messages);
+        PyMem_Free(s);
+    }
     return NULL;
 }
 

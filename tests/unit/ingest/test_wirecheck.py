@@ -196,3 +196,15 @@ def test_the_native_check_lets_other_threads_run(check: WireCheck):
         assert ran_alongside(lambda: check.problem(body)) == 0  # upb holds it
         return
     assert max(ran_alongside(lambda: check.problem(body)) for _ in range(3)) > 0
+
+
+@pytest.mark.parametrize("schema, error", [
+    ([], "at least one message"), ([[(0, wirecheck.VARINT, 0, -1)]], "bad number"),
+    ([[(1, wirecheck.MESSAGE, 0, 3)]], "bad number, kind or child"), ([[(1, 99, 0, -1)]], "bad number"),
+    ([5], "a sequence of fields"), (5, "a sequence of messages"),
+])
+def test_a_bad_schema_is_refused_by_the_native_compiler(schema, error):
+    native_or_skip()
+    ext = wirecheck._native()
+    with pytest.raises((ValueError, TypeError), match=error):
+        ext.compile(schema)
