@@ -8,6 +8,8 @@ Layout:
                                   scorer.py, IMPORTED.md), always the latest revision
         sessions.ndjsonl          append-only index: one JSON line per written revision
         .lock                     held (flock) by the one process writing this data dir
+        .session-keys.sqlite      the key table's spill-over (exporters/session_keys.py): derived from the
+                                  index, deleted when the store closes, replaced at the next start
 
 Index line: {"v": 1, "key", "slug", "revision", "complete", "trace_ids",
 "conversation_id", "service", "started", "ended" (ISO 8601), "flagged",
@@ -104,6 +106,7 @@ log = logging.getLogger("wt_otel.datadir")
 
 INDEX = "sessions.ndjsonl"
 SESSIONS = "sessions"
+KEYS_DB = ".session-keys.sqlite"  # the key table past its hot keys (exporters/session_keys.py)
 ENVELOPE = "incident.wtin.json"
 QUARANTINE = "quarantine"
 # errno values that mean "the disk cannot take it now", not "this session is broken"
@@ -209,7 +212,7 @@ class DataDirStore:
         if dropped:
             self.recovery.append(f"{INDEX}: dropped a torn last line of {dropped} bytes")
         # every key's slug, revision and how it is kept: from the index, streamed (it may hold millions of lines)
-        self._keys = SessionKeys(keys_in_memory)
+        self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
         self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
         self.recovery.extend(self._index.read(_index_entry, what="not an index entry", into=self._load).problems)

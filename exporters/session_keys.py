@@ -4,8 +4,10 @@ Per key: its slug (chosen once, never changed), its latest revision, how that re
 (rendered, raw records, or by reference to serve's segment log) and which records it came from
 (content digest, lowest segment position: restart dedupe). A serve that runs for months writes
 millions of keys; held in dicts they cost ~0.5 KiB each, forever. So the most recently used keys live
-in memory (`hot` of them) and the rest in a private SQLite database that SQLite keeps in a temporary
-file (deleted when closed) with a page cache of 8 MiB.
+in memory (`hot` of them) and the rest in a private SQLite database with a page cache of 8 MiB: a file
+beside the index (the data-dir store passes `path`: on the data dir's own disk, sized with it, and
+never in a memory-backed /tmp), deleted when closed and replaced at the next start; or, without a
+path, SQLite's own temporary file.
 
 Keys are random (trace ids), so one B-tree over all of them costs a page read and write per insert
 once it outgrows the cache (15 µs a key at 300,000 keys, growing). Keys leave memory instead into
@@ -15,16 +17,18 @@ answer "never seen" for the new keys and slugs that make up nearly every questio
 
 The table is derived state: the index (`sessions.ndjsonl`) is the truth, and the store rebuilds the
 table from it at each start. So the database needs no durability (no fsync), and if it cannot be
-written (a full temporary directory) the keys simply stay in memory, with a warning, until it can.
+written (a full disk) the keys simply stay in memory, with a warning, until it can.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger("wt_otel.datadir")
 
@@ -54,7 +58,7 @@ class SessionKeys:
     until `hot // 4` other keys have been used after it, so a caller may hold it across a few calls.
     """
 
-    def __init__(self, hot: int = 20_000, rows_per_table: int = 30_000) -> None:
+    def __init__(self, hot: int = 20_000, rows_per_table: int = 30_000, path: Path | None = None) -> None:
         self.hot = max(16, hot)
         self.rows_per_table = rows_per_table
         self._reserved: set[str] = set()  # names on disk that no key has (foreign directories): taken too
@@ -65,7 +69,12 @@ class SessionKeys:
         self._spill_at = self.hot  # past this many in memory, move the oldest quarter out
         self._tables: list[str] = []  # generation tables, oldest first; a key's newest row is its state
         self._rows = 0  # rows in the newest table
-        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)  # "": a private temp file
+        self._path = path
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # a crash's leftover: derived state, rebuilt from the index
+        self._db = sqlite3.connect(str(path) if path is not None else "",  # "": SQLite's private temp file
+                                   check_same_thread=False, isolation_level=None)
         # no fsync (derived state); the rollback journal in memory, so a failed write (full) leaves the table whole
         self._db.executescript("PRAGMA journal_mode=MEMORY; PRAGMA synchronous=OFF; PRAGMA cache_size=-8192;")
 
@@ -133,6 +142,9 @@ class SessionKeys:
 
     def close(self) -> None:
         self._db.close()
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
 
     # ------------------------------------------------------------------ memory <-> SQLite
 

@@ -89,3 +89,21 @@ def test_a_key_that_leaves_memory_twice_is_read_back_as_its_latest_state() -> No
     assert keys.keys((INDEXED,)).count("key-3") == 1 and "key-3" in keys.keys((INDEXED,))
     assert "key-3" not in keys.keys((RENDERED,))
     keys.close()
+
+
+def test_the_spill_over_lives_in_the_data_dir_replaces_a_crashs_leftover_and_goes_at_close(tmp_path) -> None:
+    """On the data dir's own disk (never a memory-backed /tmp), derived state only: a file left by a crash is
+    replaced, not read, and the file goes when the store closes."""
+    from wt_otel.exporters.datadir import KEYS_DB, DataDirStore
+
+    db = tmp_path / KEYS_DB
+    db.write_bytes(b"not a database: left by a kill -9")
+    store = DataDirStore(tmp_path, keys_in_memory=16)
+    try:
+        for i in range(100):
+            store._keys.add(f"key-{i}", f"slug-{i}")
+        assert db.stat().st_size > 0 and len(store._keys._tables) >= 1  # keys went out, into that file
+        assert store._keys.get("key-0") is not None and store._keys.key_of("slug-3") == "key-3"
+    finally:
+        store.close()
+    assert not db.exists()
