@@ -17,7 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.support.fuzzing import GENAI_KEYS, _depth, count, json_values, record_lists
 from tests.support.hostile import genai_session, tid, to_request
-from tests.support.spanindex import any_value, implementation, native_or_skip, outcome, text, truth, view
+from tests.support.spanindex import any_value, decodes, implementation, native_or_skip, outcome, text, truth, view
 from wt_otel.ingest import spanindex
 from wt_otel.ingest.wirecheck import WireCheck
 
@@ -36,14 +36,6 @@ def _seed() -> bytes:
 SEED = _seed()
 
 
-def _decodes(body: bytes) -> bool:
-    try:
-        ExportTraceServiceRequest.FromString(body)
-    except DecodeError:
-        return False
-    return True
-
-
 @functools.cache
 def _native_check() -> WireCheck:
     native_or_skip()
@@ -52,10 +44,10 @@ def _native_check() -> WireCheck:
 
 def _keeps_the_promise(body: bytes) -> bool:
     """The native wire check (wirecheck.py) finds no problem only in bytes upb decodes; returns upb's answer."""
-    decodes = _decodes(body)
+    accepted = decodes(body)
     if _native_check().problem(body) is None:
-        assert decodes
-    return decodes
+        assert accepted
+    return accepted
 
 
 def _agree(body: bytes) -> tuple[str, str]:
@@ -133,7 +125,7 @@ def requests(draw: st.DrawFn) -> bytes:
 def test_generated_requests_index_as_the_decoder_reads_them(body):
     count("spanindex_generated")
     kind, _ = _agree(body)
-    if _decodes(body):  # well-formed requests of known fields: the check settles them, no fallback to upb
+    if decodes(body):  # well-formed requests of known fields: the check settles them, no fallback to upb
         assert _native_check().problem(body) is None
     try:
         expected = truth(body)

@@ -18,6 +18,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
@@ -58,6 +59,15 @@ def outcome(scan: Scan, body: bytes) -> tuple[str, str]:
         return "entries", repr(scan(body))
     except SpanIndexError as e:
         return "error", str(e)
+
+
+def decodes(body: bytes) -> bool:
+    """Whether upb's full decoder accepts `body` as a traces request (what the wire check promises)."""
+    try:
+        ExportTraceServiceRequest.FromString(body)
+    except DecodeError:
+        return False
+    return True
 
 
 def _is_mark(key: str) -> bool:

@@ -12,14 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.support.otlp_pb import producer_dumps, trace_requests
-from tests.support.spanindex import native_or_skip
+from tests.support.spanindex import decodes, native_or_skip
 from tests.unit.ingest.test_spanindex import T1, _len_field, _varint, request, rich_request
 from wt_otel.ingest import spanindex, wirecheck
 from wt_otel.ingest.wirecheck import WireCheck, schema_of
@@ -48,14 +47,6 @@ def test_requiring_the_native_check_without_the_extension_names_the_cause(monkey
     with pytest.raises(spanindex.SpanIndexUnavailable, match="_wirecheck.c.* is not built"):
         WireCheck(ExportTraceServiceRequest, native=True)
     assert not WireCheck(ExportTraceServiceRequest).native
-
-
-def decodes(body: bytes) -> bool:
-    try:
-        ExportTraceServiceRequest.FromString(body)
-    except DecodeError:
-        return False
-    return True
 
 
 def test_the_schema_is_read_from_the_installed_descriptors():
