@@ -32,10 +32,9 @@ waiter to find no commit under way runs one (the leader): it fsyncs every dirty
 file, at most every `commit_interval` seconds, and wakes every waiter it
 covered; whoever arrives during it waits for it, or leads the next. No thread of
 its own: a committer thread cost two GIL hand-offs per request (wake it, then be
-woken by it), the largest part of a request's time in serve under load. A failed write or fsync (full disk, EIO)
-truncates the file back to what was fsynced and raises `SegmentUnavailable` in
-every affected waiter: the request is refused (503 / UNAVAILABLE + retry info),
-never acknowledged. Past `max_bytes` on disk, `SegmentFull` (429 /
+woken by it). A failed write or fsync (full disk, EIO) truncates the file back
+to what was fsynced and raises `SegmentUnavailable` in every affected waiter:
+the request is refused (503 / UNAVAILABLE + retry info), never acknowledged. Past `max_bytes` on disk, `SegmentFull` (429 /
 RESOURCE_EXHAUSTED + retry info): the open sessions pin more than the cap.
 
 Start-up. Every segment's torn tail (a kill mid-write) is cut back to its last
