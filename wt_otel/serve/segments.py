@@ -34,8 +34,9 @@ covered; whoever arrives during it waits for it, or leads the next. No thread of
 its own: a committer thread cost two GIL hand-offs per request (wake it, then be
 woken by it). A failed write or fsync (full disk, EIO) truncates the file back
 to what was fsynced and raises `SegmentUnavailable` in every affected waiter:
-the request is refused (503 / UNAVAILABLE + retry info), never acknowledged. Past `max_bytes` on disk, `SegmentFull` (429 /
-RESOURCE_EXHAUSTED + retry info): the open sessions pin more than the cap.
+the request is refused (503 / UNAVAILABLE + retry info), never acknowledged.
+Past `max_bytes` on disk, `SegmentFull` (429 / RESOURCE_EXHAUSTED + retry
+info): the open sessions pin more than the cap.
 
 Start-up. Every segment's torn tail (a kill mid-write) is cut back to its last
 whole frame, counted and reported; new appends go to a new generation; `replay()`
