@@ -77,14 +77,14 @@ class WireCheck:
 
     def __init__(self, cls: type[Message], native: bool | None = None) -> None:
         self._cls = cls
+        ext = _native()
         if native is None:
-            native = spanindex.implementation() == "native" and _native() is not None
-        ext = _native() if native else None
+            native = ext is not None and spanindex.implementation() == "native"
         if native and ext is None:
             raise spanindex.SpanIndexUnavailable("the native wire check (wt_otel/ingest/_wirecheck.c) is not "
                                                  "built: install with a C compiler and the Python headers")
-        self._check = ext.check if ext is not None else None
-        self._schema = ext.compile(schema_of(cls.DESCRIPTOR)) if ext is not None else None
+        self._check = ext.check if native else None
+        self._schema = ext.compile(schema_of(cls.DESCRIPTOR)) if native else None
 
     @property
     def native(self) -> bool:
