@@ -650,18 +650,38 @@ static PyObject *runs(PyObject *self, PyObject *entries) {
         PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
         return NULL;
     }
-    PyObject *index = PyDict_New(), *order = PyList_New(0), *out = NULL;
+    PyObject *index = PyDict_New(), *order = PyList_New(0), *convs = PyDict_New(), *out = NULL;
     PyObject *last = NULL, *last_trace = NULL, *last_conv = NULL; /* borrowed: the run of the previous span */
-    if (!index || !order)
+    if (!index || !order || !convs)
         goto done;
     Py_ssize_t count = PyList_GET_SIZE(entries);
+    /* each trace's one conversation id in the request (Py_Ellipsis: several), for its spans that carry none */
     for (Py_ssize_t n = 0; n < count; n++) {
         PyObject *e = PyList_GET_ITEM(entries, n);
         if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 7) {
             PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
             goto done;
         }
+        PyObject *trace = PyTuple_GET_ITEM(e, 0), *conv = PyTuple_GET_ITEM(e, 4);
+        if (conv == Py_None || !valid_id(trace, 32))
+            continue;
+        PyObject *have = PyDict_GetItemWithError(convs, trace);
+        if (!have && PyErr_Occurred())
+            goto done;
+        int same = have ? (have == Py_Ellipsis ? 1 : PyObject_RichCompareBool(have, conv, Py_EQ)) : 0;
+        if (same < 0 || (!same && PyDict_SetItem(convs, trace, have ? Py_Ellipsis : conv) < 0))
+            goto done;
+    }
+    for (Py_ssize_t n = 0; n < count; n++) {
+        PyObject *e = PyList_GET_ITEM(entries, n);
         PyObject *trace = PyTuple_GET_ITEM(e, 0), *parent = PyTuple_GET_ITEM(e, 2), *conv = PyTuple_GET_ITEM(e, 4);
+        if (conv == Py_None) {
+            PyObject *one = valid_id(trace, 32) ? PyDict_GetItemWithError(convs, trace) : NULL;
+            if (!one && PyErr_Occurred())
+                goto done;
+            if (one && one != Py_Ellipsis)
+                conv = one;
+        }
         if (!valid_id(trace, 32) || !valid_id(PyTuple_GET_ITEM(e, 1), 16) ||
             (parent != Py_None && !(PyUnicode_CheckExact(parent) && PyUnicode_GET_LENGTH(parent) == 16))) {
             Py_CLEAR(order);
@@ -762,6 +782,7 @@ static PyObject *runs(PyObject *self, PyObject *entries) {
 done:
     Py_XDECREF(index);
     Py_XDECREF(order);
+    Py_XDECREF(convs);
     return out;
 }
 

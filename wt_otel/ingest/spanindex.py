@@ -602,7 +602,8 @@ def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:
 # --------------------------------------------------------------------------- runs: spans grouped for serve
 
 Run = tuple[str, str | None, list[int], tuple[tuple[int, str | None], ...], tuple[tuple[str, Any], ...], bool]
-"""(trace_id, conversation, ordinals, roots, marks, genai): the spans of one trace and conversation id."""
+"""(trace_id, conversation, ordinals, roots, marks, genai): the spans of one trace and conversation id
+(see `runs_python` for the spans that carry no conversation id)."""
 
 _ZERO_TRACE_ID, _ZERO_SPAN_ID = "0" * 32, "0" * 16
 
@@ -618,14 +619,24 @@ def runs_python(entries: list[SpanEntry]) -> list[Run] | None:
     """The spans of a request by trace and conversation id, in order of first appearance: per run its span
     numbers (wire order), `(number, operation)` of its parentless spans, its spans' marks (in order) and
     whether any is GenAI. None when a span's ids are not `valid_ids` (serve then decodes the request, and
-    its decoder says which span). What serve keeps by reference, one object per run (`SpanRefs`)."""
+    its decoder says which span). What serve keeps by reference, one object per run (`SpanRefs`).
+
+    A span without a conversation id (an HTTP or database span under an agent) runs with its trace's
+    conversation when the request carries exactly one for that trace: the assembler would put it in that
+    session anyway (by trace id), and one run per session instead of two halves its per-run work. With
+    several conversations in the trace, such spans keep a run of their own, as before."""
     grouped: dict[tuple[str, str | None], list[Any]] = {}
+    convs: dict[str, str | None] = {}  # trace id -> its one conversation id in the request (None: several)
+    for e in entries:
+        if e.conversation is not None and convs.setdefault(e.trace_id, e.conversation) != e.conversation:
+            convs[e.trace_id] = None
     for n, e in enumerate(entries):
         if not valid_ids(e):
             return None
-        run = grouped.get((e.trace_id, e.conversation))
+        conv = e.conversation if e.conversation is not None else convs.get(e.trace_id)
+        run = grouped.get((e.trace_id, conv))
         if run is None:
-            run = grouped[(e.trace_id, e.conversation)] = [e.trace_id, e.conversation, [], [], [], False]
+            run = grouped[(e.trace_id, conv)] = [e.trace_id, conv, [], [], [], False]
         run[2].append(n)
         if e.parent_span_id is None:
             run[3].append((n, e.operation))

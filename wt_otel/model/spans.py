@@ -88,8 +88,9 @@ Record = SpanRecord | LogRecord
 
 @dataclass(slots=True)
 class SpanRefs:
-    """Spans serve keeps by reference: those of one trace and conversation id in one request, as the span
-    index read them without decoding (`wt_otel.ingest.spanindex`), and where their bytes are: span numbers
+    """Spans serve keeps by reference: those of one trace and conversation id in one request (a span without
+    one goes with its trace's, see `spanindex.runs_python`), as the span index read them without decoding
+    (`wt_otel.ingest.spanindex`), and where their bytes are: span numbers
     `ordinals` (wire order) of the request at `segment_pos` in serve's segment log.
 
     Decoding every span into a `SpanRecord` on arrival was most of serve's cost; a session whose spans are

@@ -344,13 +344,35 @@ def test_runs_group_every_span_once_by_trace_and_conversation_in_c_and_python_al
             continue
         assert runs is not None
         assert sorted(n for run in runs for n in run[2]) == list(range(len(entries)))  # each span in one run
+        convs: dict[str, set[str]] = {}
+        for e in entries:
+            if e.conversation is not None:
+                convs.setdefault(e.trace_id, set()).add(e.conversation)
         for trace_id, conv, ordinals, roots, marks, genai in runs:
             mine = [entries[n] for n in ordinals]
-            assert ordinals == sorted(ordinals) and {(e.trace_id, e.conversation) for e in mine} == {(trace_id, conv)}
+            one = convs.get(trace_id, set())
+            joined = next(iter(one)) if len(one) == 1 else None  # where a span without a conversation id goes
+            assert ordinals == sorted(ordinals)
+            assert {(e.trace_id, e.conversation if e.conversation is not None else joined) for e in mine} == \
+                {(trace_id, conv)}
             assert roots == tuple((n, entries[n].operation) for n in ordinals if entries[n].parent_span_id is None)
             assert marks == tuple(m for e in mine for m in e.marks) and genai == any(e.genai for e in mine)
         grouped += len(runs) < len(entries)
     assert grouped  # the fixtures hold requests with several spans of one session
+
+
+def test_a_span_without_a_conversation_id_runs_with_its_traces_one_conversation():
+    """One run per session (the assembler's work is per run), unless the trace holds several conversations."""
+    t1, t2 = "a1" * 16, "b2" * 16
+    spans = [("01" * 8, t1, "conv-1"), ("02" * 8, t1, None), ("03" * 8, t2, None), ("04" * 8, t2, "conv-2"),
+             ("05" * 8, t2, "conv-3"), ("06" * 8, t1, "conv-1")]
+    entries = [spanindex.SpanEntry(t, s, None if c else "0f" * 8, True, c, "chat" if c else None, ())
+               for s, t, c in spans]
+    expected = [(t1, "conv-1", [0, 1, 5]), (t2, None, [2]), (t2, "conv-2", [3]), (t2, "conv-3", [4])]
+    runs = spanindex.runs_python(entries)
+    assert runs is not None and [(r[0], r[1], r[2]) for r in runs] == expected
+    implementation("native")
+    assert repr(spanindex.runs_native(entries)) == repr(runs)
 
 
 @pytest.mark.parametrize("field, value", [("trace_id", "0" * 32), ("trace_id", "ab" * 8), ("span_id", "0" * 16),
