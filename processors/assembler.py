@@ -46,6 +46,7 @@ how it sees that the writer is behind, to refuse requests before decoding.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import threading
 import time
@@ -148,6 +149,10 @@ class SessionAssembler:
         self._retained: OrderedDict[str, _Group] = OrderedDict()  # oldest written first
         self._holding: OrderedDict[str, None] = OrderedDict()  # retained keys still holding records, oldest first
         self._retained_records = 0
+        # (min_pos, key) of every group that pinned a segment-log position, as a heap: `needed_position` reads
+        # the lowest still true (its group open or holding records, the position unchanged) and drops the
+        # stale ones above it, instead of walking every open and retained group at every checkpoint
+        self._positions: list[tuple[int, str]] = []
         self._by_trace: dict[str, str] = {}  # trace id -> key, open and retained alike
         self._by_conv: dict[str, str] = {}
         self._counter = 0
@@ -252,9 +257,21 @@ class SessionAssembler:
     def needed_position(self) -> int:
         """The lowest segment-log position an open session or a written one kept for late records holds; -1: none."""
         with self._lock:
-            held = [g.min_pos for g in self._open.values() if g.min_pos >= 0]
-            held += [g.min_pos for k in self._holding if (g := self._retained[k]).min_pos >= 0]
-            return min(held, default=-1)
+            heap = self._positions
+            if len(heap) > 4 * (len(self._open) + len(self._holding)) + 4096:  # stale entries below the top
+                heap[:] = [(g.min_pos, g.key) for g in self._pinning() if g.min_pos >= 0]
+                heapq.heapify(heap)
+            while heap:
+                pos, key = heap[0]
+                group = self._open.get(key) or (self._retained[key] if key in self._holding else None)
+                if group is not None and group.min_pos == pos:
+                    return pos
+                heapq.heappop(heap)  # written and let go, tombstoned, or its position lowered since
+            return -1
+
+    def _pinning(self) -> list[_Group]:
+        """The groups whose records pin the segment log: the open ones and the retained ones holding records."""
+        return [*self._open.values(), *(self._retained[k] for k in self._holding)]
 
     @property
     def open_sessions(self) -> int:
@@ -372,6 +389,7 @@ class SessionAssembler:
         into.roots |= other.roots
         if other.min_pos >= 0 and (into.min_pos < 0 or other.min_pos < into.min_pos):
             into.min_pos = other.min_pos
+            heapq.heappush(self._positions, (into.min_pos, into.key))
         into.root_ended = into.root_ended or other.root_ended  # `_attach` (next) files it under `_root_ended`
         if self._is_written(other.key):
             into.absorbed.append(other.key)
@@ -386,6 +404,7 @@ class SessionAssembler:
         pos = min(r.segment_pos for r in run)
         if pos >= 0 and (group.min_pos < 0 or pos < group.min_pos):
             group.min_pos = pos
+            heapq.heappush(self._positions, (pos, group.key))
         size = sum(map(record_bytes, run))
         for record in run:
             if isinstance(record, SpanRefs):

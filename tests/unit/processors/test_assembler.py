@@ -308,3 +308,58 @@ def test_spanrefs_split_keeps_each_root_with_its_span():
     assert (tail.ordinals, tail.roots) == ([5, 9], ((9, "chat"),))
     assert head.segment_pos == tail.segment_pos == 7 and head.marks == tail.marks == (("k", 1),)
     assert count([head, tail]) == 4 and count([run, *weather_session(tid(1))]) == 8
+
+
+def test_needed_position_is_the_lowest_position_an_open_or_holding_session_pins():
+    """The checkpoint's floor, read from a heap of positions: random arrivals (new traces, late spans, shared
+    conversations that merge, sessions past their grace, over the retained budget) against the walk over
+    every open and holding group it replaced."""
+    import random
+
+    from wt_otel.model.spans import SpanRefs
+
+    rng = random.Random(15)
+    asm, _, _ = make(grace=1.0, idle_timeout=5.0, late_window=8.0, max_retained_records=40, max_open_sessions=30)
+    asm.keep_by_reference = lambda indexed: True
+
+    def walked() -> int:
+        return min((g.min_pos for g in asm._pinning() if g.min_pos >= 0), default=-1)
+
+    pos, now, checked = 0, 0.0, set()
+    for i in range(600):
+        now += rng.choice([0.0, 0.1, 0.5, 2.0])
+        batch = []
+        for _ in range(rng.randint(1, 4)):
+            pos += rng.randint(1, 3)
+            window = i // 4  # traces and conversations come and go
+            trace = f"{rng.randint(window, window + 12) + 1:032x}"
+            conv = rng.choice([None, None, f"conv-{rng.randint(window, window + 4)}"])
+            root = ((0, "invoke_agent"),) if rng.random() < 0.5 else ()
+            batch.append(SpanRefs(trace, conv, rng.choice([pos, pos, max(0, pos - rng.randint(1, 30))]), [0, 1],
+                                  roots=root))
+        asm.consume(batch, now)
+        if rng.random() < 0.3:
+            asm.tick(now)
+        assert asm.needed_position() == walked()
+        checked.add(asm.needed_position())
+    assert len(checked) > 5
+    asm.tick(now + 100)
+    assert asm.needed_position() == walked() == -1
+
+
+def test_positions_heap_stays_bounded_behind_a_long_open_session():
+    """A session that stays open keeps the lowest position; the thousands written and let go behind it leave
+    stale entries below the top, which are dropped once they outnumber the live groups."""
+    from wt_otel.model.spans import SpanRefs
+
+    asm, _, _ = make(grace=0.5, idle_timeout=1e9, late_window=1.0, max_retained_records=100)
+    asm.keep_by_reference = lambda indexed: True
+    for i in range(1, 20_001):
+        now = i * 0.01
+        asm.consume([SpanRefs("f" * 32, "long", 0 if i == 1 else i, [0])] if i % 50 == 1 else [], now)
+        asm.consume([SpanRefs(f"{i:032x}", None, i, [0, 1], roots=((0, "invoke_agent"),))], now)
+        if i % 10 == 0:
+            asm.tick(now)
+            assert asm.needed_position() == 0
+    assert len(asm._positions) <= 4 * (len(asm._open) + len(asm._holding)) + 4096
+    assert asm.needed_position() == 0
