@@ -1,7 +1,8 @@
 """The span index's cost per span, side by side in one process, as ratios to a bare upb ParseFromString:
 native (C), the pure-Python fallback (upb on a lean schema + a Python read of the few fields), the wire walk
 in Python (the fallback before; now its reference on hostile input), and what the index stands in front of
-(ParseFromString plus today's conversion into SpanRecords). Also the wire check serve runs before it
+(ParseFromString plus today's conversion into SpanRecords); serve's runs (`scan_runs_native`: the walk
+without the GIL, then the runs, no object per span). Also the wire check serve runs before it
 acknowledges a request kept by reference (wt_otel/ingest/wirecheck.py: does every byte decode?), native
 and without the GIL, next to the ParseFromString it replaces.
 
@@ -88,6 +89,7 @@ def main() -> None:
     fns: dict[str, Callable[[bytes], object]] = {"parse": parse_only, "decode": decode}
     if spanindex.native_available():
         fns["native"] = spanindex.scan_native
+        fns["runs"] = spanindex.scan_runs_native
         fns["check"] = WireCheck(ExportTraceServiceRequest, native=True).problem
     else:
         print("the native span index is not built (no C compiler at install): only the Python walks are measured")
@@ -98,7 +100,8 @@ def main() -> None:
     print(f"protobuf backend: {check_protobuf_backend()}; median of {args.rounds} interleaved rounds\n")
     labels = {"parse": "bare ParseFromString (upb)", "decode": "ParseFromString + spans_from_request",
               "native": "span index, native (C)", "python": "span index, Python fallback (upb lean)",
-              "wire": "span index, Python wire walk (before)", "check": "wire check, native (no GIL)"}
+              "wire": "span index, Python wire walk (before)", "check": "wire check, native (no GIL)",
+              "runs": "serve's runs, native (walk without GIL)"}
     for workload, (body, n) in workloads.items():
         us = measure(fns, body, n, args.rounds)
         genai = sum(e.genai for e in spanindex.scan_python(body))

@@ -7,7 +7,8 @@
  * The tables (GenAI key prefixes, ...) are not compiled in: spanindex.py passes them to configure(),
  * so wt_otel.ingest.keys stays the one place they are written. Memory: the walk has a fixed depth,
  * never recurses, and allocates per span (the entry) and per level (offset arrays), both bounded
- * by the input's length. The GIL is held throughout (it builds Python objects as it goes).
+ * by the input's length. scan() holds the GIL throughout (it builds Python objects as it goes);
+ * scan_runs() walks without it (offsets only) and takes it to build the runs serve keeps.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,7 +39,13 @@ static PyObject *resolve_fn = NULL;
 
 /* ------------------------------------------------------------------ errors */
 
+/* Set while scan_runs walks without the GIL: fail() and push_range() then touch no Python state (the
+ * caller, back under the GIL, falls back to scan(), which raises the error with its message). */
+static _Thread_local int quiet;
+
 static int fail(const char *fmt, ...) {
+    if (quiet)
+        return -1;
     va_list vargs;
     va_start(vargs, fmt);
     PyErr_FormatV(error_cls ? error_cls : PyExc_ValueError, fmt, vargs);
@@ -197,9 +204,10 @@ typedef struct {
 static int push_range(spans_t *s, Py_ssize_t a, Py_ssize_t b) {
     if (s->n + 2 > s->cap) {
         Py_ssize_t cap = s->cap ? s->cap * 2 : 32;
-        Py_ssize_t *v = PyMem_Realloc(s->v, (size_t)cap * sizeof(Py_ssize_t));
+        Py_ssize_t *v = PyMem_RawRealloc(s->v, (size_t)cap * sizeof(Py_ssize_t));
         if (!v) {
-            PyErr_NoMemory();
+            if (!quiet)
+                PyErr_NoMemory();
             return -1;
         }
         s->v = v;
@@ -623,166 +631,533 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
 fail:
     Py_CLEAR(out);
 done:
-    PyMem_Free(rs.v);
-    PyMem_Free(ss.v);
-    PyMem_Free(sp.v);
+    PyMem_RawFree(rs.v);
+    PyMem_RawFree(ss.v);
+    PyMem_RawFree(sp.v);
     PyBuffer_Release(&view);
     return out;
 }
 
-/* ------------------------------------------------------------------ runs: `runs_python`, in C */
+/* ------------------------------------------------------------------ scan_runs: `runs_python(scan(body))`, mostly without the GIL */
 
-/* A W3C id as the entries hold it: `n` lowercase hex digits, not all zero (what _entry_problem checks). */
-static int valid_id(PyObject *s, Py_ssize_t n) {
-    if (!PyUnicode_CheckExact(s) || PyUnicode_GET_LENGTH(s) != n || PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND)
-        return 0;
-    const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+/* Strict UTF-8, as PyUnicode_DecodeUTF8 takes it: no overlongs, no surrogates, nothing past U+10FFFF. */
+static int utf8_ok(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t len;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (len > n - i)
+            return 0;
+        for (Py_ssize_t k = 1; k < len; k++) {
+            uint8_t d = p[i + k];
+            if ((d & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+enum { V_NONE, V_STR, V_OTHER };
+
+/* What read_value makes of b[pos:end], without making it: None; a str (its valid UTF-8 at *at, *n); or
+ * anything else (another type, bad UTF-8, an error), for which the span is read the GIL-held way. */
+static int classify_value(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *at, Py_ssize_t *n) {
+    uint64_t tag, len;
+    if (pos == end)
+        return V_NONE;
+    if (read_varint(b, &pos, end, &tag) < 0)
+        return V_OTHER;
+    if ((tag & 7) == 2 && (tag >> 3) == 1) {
+        if (read_varint(b, &pos, end, &len) < 0)
+            return V_OTHER;
+        if (len == (uint64_t)(end - pos) && utf8_ok(b + pos, (Py_ssize_t)len)) {
+            *at = pos;
+            *n = (Py_ssize_t)len;
+            return V_STR;
+        }
+    }
+    return V_OTHER;
+}
+
+/* A span as the GIL-free walk saw it: where its ids and values are, or `slow` (read_span reads it later). */
+typedef struct {
+    Py_ssize_t start, end, trace, trace_n, span, span_n, parent_n, name, name_n, conv, conv_n, op, op_n;
+    unsigned char genai, slow, has_op;
+} peek_t;
+
+typedef struct {
+    peek_t *v;
+    Py_ssize_t n, cap;
+} peeks_t;
+
+/* read_event's walk without Python: 1 when a GenAI event, 0 when not, -1 malformed; a mark makes the span slow. */
+static int peek_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p) {
+    const uint8_t *name = b + pos;
+    Py_ssize_t name_n = 0;
+    while (pos < end) {
+        uint64_t field;
+        unsigned wire;
+        if (read_tag(b, &pos, end, &field, &wire) < 0 || field == 0)
+            return -1;
+        if ((field == 2 || field == 3) && wire == 2) {
+            Py_ssize_t stop;
+            if (read_len(b, &pos, end, "span event", field, &stop) < 0)
+                return -1;
+            if (field == 2) {
+                name = b + pos;
+                name_n = stop - pos;
+            } else {
+                kv_t kv;
+                if (read_key_value(b, pos, stop, &kv) < 0)
+                    return -1;
+                if (is_mark(kv.key, kv.key_n))
+                    p->slow = 1;
+            }
+            pos = stop;
+        } else if (skip_field(b, &pos, end, wire, field) < 0) {
+            return -1;
+        }
+    }
+    return event_prefix.n <= name_n && memcmp(name, event_prefix.p, (size_t)event_prefix.n) == 0;
+}
+
+/* read_span's walk without Python (0, or -1 when malformed). A span whose marks or values need Python
+ * (a mark, a value not a string, bad UTF-8, a repeated value field) is marked `slow`. */
+static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p) {
+    slot_t slots[MAX_WANTED];
+    Py_ssize_t nw = wanted.count;
+    int genai = 0, event_genai = 0;
+    memset(slots, 0, sizeof(slots));
+    memset(p, 0, sizeof(*p));
+    p->start = pos;
+    p->end = end;
+    p->conv_n = -1;
+    while (pos < end) {
+        uint64_t field;
+        unsigned wire;
+        Py_ssize_t stop;
+        if (read_tag(b, &pos, end, &field, &wire) < 0 || field == 0)
+            return -1;
+        if (wire == 2 && (field == 1 || field == 2 || field == 4 || field == 5 || field == 9 || field == 11)) {
+            if (read_len(b, &pos, end, "span", field, &stop) < 0)
+                return -1;
+            if (field == 9) {
+                kv_t kv;
+                if (read_key_value(b, pos, stop, &kv) < 0)
+                    return -1;
+                if (!genai && (has_prefix(kv.key, kv.key_n, &genai_prefixes) ||
+                               find_exact(kv.key, kv.key_n, &genai_keys) >= 0))
+                    genai = 1;
+                Py_ssize_t slot = find_exact(kv.key, kv.key_n, &wanted);
+                if (slot >= 0) {
+                    slots[slot].vstart = kv.vstart;
+                    slots[slot].vend = kv.vend;
+                    slots[slot].count = kv.count;
+                    slots[slot].seen = 1;
+                }
+                if (is_mark(kv.key, kv.key_n))
+                    p->slow = 1;
+            } else if (field == 11) {
+                int g = peek_event(b, pos, stop, p);
+                if (g < 0)
+                    return -1;
+                if (g)
+                    event_genai = 1;
+            } else if (field == 1) {
+                p->trace = pos;
+                p->trace_n = stop - pos;
+            } else if (field == 2) {
+                p->span = pos;
+                p->span_n = stop - pos;
+            } else if (field == 4) {
+                p->parent_n = stop - pos;
+            } else {
+                p->name = pos;
+                p->name_n = stop - pos;
+            }
+            pos = stop;
+        } else if (skip_field(b, &pos, end, wire, field) < 0) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nw; i++) {
+        Py_ssize_t at = 0, n = 0;
+        if (!slots[i].seen)
+            continue;
+        int kind = slots[i].count > 1 ? V_OTHER : slots[i].count ? classify_value(b, slots[i].vstart, slots[i].vend, &at, &n)
+                                                                : V_NONE;
+        if (kind == V_OTHER) {
+            p->slow = 1;
+        } else if (kind == V_STR && i == nw - 1) {
+            p->has_op = 1;
+            p->op = at;
+            p->op_n = n;
+        } else if (kind == V_STR && n > 0 && p->conv_n < 0) {
+            p->conv = at;
+            p->conv_n = n;
+        }
+    }
+    p->genai = genai || event_genai || has_prefix(b + p->name, p->name_n, &name_prefixes);
+    return 0;
+}
+
+/* The whole request's spans into `out`, without Python (0, or -1: malformed or out of memory). */
+static int peek_request(const uint8_t *b, Py_ssize_t len, peeks_t *out) {
+    spans_t rs = {0}, ss = {0}, sp = {0};
+    int rc = -1;
+    if (collect_fields(b, 0, len, 1, "the request", &rs) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < rs.n; i += 2) {
+        if (collect_fields(b, rs.v[i], rs.v[i + 1], 2, "a resource_spans", &ss) < 0)
+            goto done;
+        for (Py_ssize_t j = 0; j < ss.n; j += 2) {
+            if (collect_fields(b, ss.v[j], ss.v[j + 1], 2, "a scope_spans", &sp) < 0)
+                goto done;
+            for (Py_ssize_t k = 0; k < sp.n; k += 2) {
+                if (out->n == out->cap) {
+                    Py_ssize_t cap = out->cap ? out->cap * 2 : 64;
+                    peek_t *v = PyMem_RawRealloc(out->v, (size_t)cap * sizeof(peek_t));
+                    if (!v)
+                        goto done;
+                    out->v = v;
+                    out->cap = cap;
+                }
+                if (peek_span(b, sp.v[k], sp.v[k + 1], &out->v[out->n]) < 0)
+                    goto done;
+                out->n++;
+            }
+        }
+    }
+    rc = 0;
+done:
+    PyMem_RawFree(rs.v);
+    PyMem_RawFree(ss.v);
+    PyMem_RawFree(sp.v);
+    return rc;
+}
+
+static int nonzero(const uint8_t *p, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++)
-        if (d[i] != '0')
+        if (p[i])
             return 1;
     return 0;
 }
 
-/* runs(entries) -> list of (trace_id, conversation, ordinals, roots, marks, genai) | None: see runs_python. */
-static PyObject *runs(PyObject *self, PyObject *entries) {
-    (void)self;
-    if (!PyList_CheckExact(entries)) {
-        PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
+/* Decoded strings of one request, memoized by their bytes (a session's spans repeat its conversation id
+ * and a few operation names); `keep` owns them. */
+#define MEMO 16
+typedef struct {
+    const uint8_t *p[MEMO];
+    Py_ssize_t n[MEMO];
+    PyObject *s[MEMO];
+    int next;
+    PyObject *keep;
+} memo_t;
+
+static PyObject *memo_str(memo_t *m, const uint8_t *p, Py_ssize_t n) {
+    for (int i = 0; i < MEMO; i++)
+        if (m->s[i] && m->n[i] == n && memcmp(m->p[i], p, (size_t)n) == 0)
+            return m->s[i];
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (!s || PyList_Append(m->keep, s) < 0) {
+        Py_XDECREF(s);
         return NULL;
     }
-    PyObject *index = PyDict_New(), *order = PyList_New(0), *convs = PyDict_New(), *out = NULL;
-    PyObject *last = NULL, *last_trace = NULL, *last_conv = NULL; /* borrowed: the run of the previous span */
-    if (!index || !order || !convs)
-        goto done;
-    Py_ssize_t count = PyList_GET_SIZE(entries);
-    /* each trace's one conversation id in the request (Py_Ellipsis: several), for its spans that carry none */
-    for (Py_ssize_t n = 0; n < count; n++) {
-        PyObject *e = PyList_GET_ITEM(entries, n);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 7) {
-            PyErr_SetString(PyExc_TypeError, "runs(entries): a list of SpanEntry");
-            goto done;
-        }
-        PyObject *trace = PyTuple_GET_ITEM(e, 0), *conv = PyTuple_GET_ITEM(e, 4);
-        if (conv == Py_None || !valid_id(trace, 32))
-            continue;
-        PyObject *have = PyDict_GetItemWithError(convs, trace);
-        if (!have && PyErr_Occurred())
-            goto done;
-        int same = have ? (have == Py_Ellipsis ? 1 : PyObject_RichCompareBool(have, conv, Py_EQ)) : 0;
-        if (same < 0 || (!same && PyDict_SetItem(convs, trace, have ? Py_Ellipsis : conv) < 0))
-            goto done;
+    Py_DECREF(s); /* `keep` holds it */
+    m->p[m->next] = p;
+    m->n[m->next] = n;
+    m->s[m->next] = s;
+    m->next = (m->next + 1) % MEMO;
+    return s;
+}
+
+/* One span as runs_python groups it (borrowed references). */
+typedef struct {
+    PyObject *conv, *op, *marks; /* conv NULL: none; op only for a root; marks NULL: none */
+    Py_ssize_t trace;           /* index into the traces table */
+    int root, genai;
+} row_t;
+
+typedef struct {
+    const uint8_t *id; /* 16 bytes */
+    PyObject *one;     /* the trace's one conversation id in the request (NULL: none, or several) */
+    int several;
+    Py_ssize_t runs;   /* its first run (-1: none), runs chained by `next` */
+} trace_t;
+
+typedef struct {
+    Py_ssize_t trace, next, *ordinals, n, cap;
+    PyObject *conv, *roots, *marks;
+    int genai;
+} run_t;
+
+static int same_conv(PyObject *a, PyObject *b) {
+    if (a == b)
+        return 1;
+    if (!a || !b)
+        return 0;
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* scan_runs(body) -> (spans, runs | None), or NotImplemented when the request is malformed (the caller
+ * then runs scan(), which says what is wrong, and runs_python). The same as (len(scan(body)),
+ * runs_python(scan(body))), with the wire walk done without the GIL and no object made per span. */
+static PyObject *scan_runs(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    peeks_t ps = {0};
+    memo_t memo = {0};
+    row_t *rows = NULL;
+    trace_t *traces = NULL;
+    Py_ssize_t *slots = NULL, ntraces = 0, mask = 0;
+    run_t *runs = NULL;
+    Py_ssize_t nruns = 0, caps = 0;
+    PyObject *slow = NULL, *out = NULL, *list = NULL;
+    int rc;
+    (void)self;
+    if (!entry_type) {
+        PyErr_SetString(PyExc_RuntimeError, "_spanindex.configure() was not called");
+        return NULL;
     }
-    for (Py_ssize_t n = 0; n < count; n++) {
-        PyObject *e = PyList_GET_ITEM(entries, n);
-        PyObject *trace = PyTuple_GET_ITEM(e, 0), *parent = PyTuple_GET_ITEM(e, 2), *conv = PyTuple_GET_ITEM(e, 4);
-        if (conv == Py_None) {
-            PyObject *one = valid_id(trace, 32) ? PyDict_GetItemWithError(convs, trace) : NULL;
-            if (!one && PyErr_Occurred())
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    quiet = 1;
+    rc = peek_request(b, view.len, &ps);
+    quiet = 0;
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        out = Py_NewRef(Py_NotImplemented);
+        goto done;
+    }
+    Py_ssize_t n = ps.n;
+    if (!(memo.keep = PyList_New(0)) || !(slow = PyList_New(0)))
+        goto done;
+    rows = PyMem_Calloc((size_t)(n ? n : 1), sizeof(row_t));
+    for (mask = 16; mask < 2 * n; mask *= 2)
+        ;
+    traces = PyMem_Calloc((size_t)(n ? n : 1), sizeof(trace_t));
+    slots = PyMem_Malloc((size_t)mask * sizeof(Py_ssize_t));
+    if (!rows || !traces || !slots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < mask; i++)
+        slots[i] = -1;
+    mask -= 1;
+    /* each span's values (the slow ones read by read_span, in wire order, so its errors come as scan's) */
+    int valid = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        peek_t *p = &ps.v[i];
+        row_t *r = &rows[i];
+        r->root = p->parent_n == 0;
+        if (p->slow) {
+            PyObject *entry = read_span(b, p->start, p->end);
+            if (!entry || PyList_Append(slow, entry) < 0) {
+                Py_XDECREF(entry);
                 goto done;
-            if (one && one != Py_Ellipsis)
-                conv = one;
-        }
-        if (!valid_id(trace, 32) || !valid_id(PyTuple_GET_ITEM(e, 1), 16) ||
-            (parent != Py_None && !(PyUnicode_CheckExact(parent) && PyUnicode_GET_LENGTH(parent) == 16))) {
-            Py_CLEAR(order);
-            out = Py_NewRef(Py_None);
-            goto done;
-        }
-        PyObject *run = NULL;
-        if (last) {
-            int same = PyObject_RichCompareBool(trace, last_trace, Py_EQ);
-            if (same < 0)
+            }
+            Py_DECREF(entry); /* `slow` holds it */
+            PyObject *conv = PyTuple_GET_ITEM(entry, 4), *marks = PyTuple_GET_ITEM(entry, 6);
+            r->conv = conv == Py_None ? NULL : conv;
+            r->op = PyTuple_GET_ITEM(entry, 5);
+            r->marks = PyTuple_GET_SIZE(marks) ? marks : NULL;
+            r->genai = PyTuple_GET_ITEM(entry, 3) == Py_True;
+        } else {
+            r->genai = p->genai;
+            if (p->conv_n >= 0 && !(r->conv = memo_str(&memo, b + p->conv, p->conv_n)))
                 goto done;
-            if (same) {
-                same = PyObject_RichCompareBool(conv, last_conv, Py_EQ);
+            if (r->root) {
+                if (p->has_op) {
+                    if (!(r->op = memo_str(&memo, b + p->op, p->op_n)))
+                        goto done;
+                } else {
+                    const uint8_t *name = b + p->name;
+                    Py_ssize_t head = 0;
+                    while (head < p->name_n && name[head] != ' ')
+                        head++;
+                    Py_ssize_t k = find_exact(name, head, &operations);
+                    r->op = k >= 0 ? PyTuple_GET_ITEM(operation_strs, k) : Py_None;
+                }
+            }
+        }
+        if (!(p->trace_n == 16 && nonzero(b + p->trace, 16) && p->span_n == 8 && nonzero(b + p->span, 8) &&
+              (p->parent_n == 0 || p->parent_n == 8)))
+            valid = 0;
+    }
+    if (!valid) {
+        out = Py_BuildValue("(nO)", n, Py_None);
+        goto done;
+    }
+    /* the traces (by their 16 bytes) and each one's one conversation id, for its spans that carry none */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *id = b + ps.v[i].trace;
+        size_t h = 0;
+        for (int k = 0; k < 16; k++)
+            h = h * 31 + id[k];
+        for (h &= (size_t)mask; slots[h] >= 0 && memcmp(traces[slots[h]].id, id, 16) != 0; h = (h + 1) & (size_t)mask)
+            ;
+        if (slots[h] < 0) {
+            slots[h] = ntraces;
+            traces[ntraces].id = id;
+            traces[ntraces].runs = -1;
+            ntraces++;
+        }
+        trace_t *t = &traces[slots[h]];
+        row_t *r = &rows[i];
+        r->trace = slots[h];
+        if (r->conv && !t->several) {
+            if (!t->one) {
+                t->one = r->conv;
+            } else {
+                int same = same_conv(t->one, r->conv);
                 if (same < 0)
                     goto done;
-            }
-            if (same)
-                run = last;
-        }
-        if (!run) {
-            PyObject *key = PyTuple_Pack(2, trace, conv);
-            if (!key)
-                goto done;
-            run = PyDict_GetItemWithError(index, key);
-            if (!run) {
-                if (PyErr_Occurred()) {
-                    Py_DECREF(key);
-                    goto done;
-                }
-                PyObject *ords = PyList_New(0), *roots = PyList_New(0), *marks = PyList_New(0);
-                run = (ords && roots && marks) ? PyList_New(6) : NULL;
-                if (!run) {
-                    Py_XDECREF(ords);
-                    Py_XDECREF(roots);
-                    Py_XDECREF(marks);
-                    Py_DECREF(key);
-                    goto done;
-                }
-                PyList_SET_ITEM(run, 0, Py_NewRef(trace));
-                PyList_SET_ITEM(run, 1, Py_NewRef(conv));
-                PyList_SET_ITEM(run, 2, ords);
-                PyList_SET_ITEM(run, 3, roots);
-                PyList_SET_ITEM(run, 4, marks);
-                PyList_SET_ITEM(run, 5, Py_NewRef(Py_False));
-                int rc = PyDict_SetItem(index, key, run) < 0 || PyList_Append(order, run) < 0;
-                Py_DECREF(run); /* index and order hold it */
-                if (rc) {
-                    Py_DECREF(key);
-                    goto done;
+                if (!same) {
+                    t->several = 1;
+                    t->one = NULL;
                 }
             }
-            Py_DECREF(key);
         }
-        last = run;
-        last_trace = trace;
-        last_conv = conv;
-        PyObject *ordinal = PyLong_FromSsize_t(n);
-        if (!ordinal || PyList_Append(PyList_GET_ITEM(run, 2), ordinal) < 0) {
-            Py_XDECREF(ordinal);
-            goto done;
-        }
-        if (parent == Py_None) {
-            PyObject *root = PyTuple_Pack(2, ordinal, PyTuple_GET_ITEM(e, 5));
-            int rc = !root || PyList_Append(PyList_GET_ITEM(run, 3), root) < 0;
-            Py_XDECREF(root);
-            if (rc) {
-                Py_DECREF(ordinal);
-                goto done;
-            }
-        }
-        Py_DECREF(ordinal);
-        PyObject *marks = PyTuple_GET_ITEM(e, 6);
-        if (PyTuple_Check(marks) && PyTuple_GET_SIZE(marks)) {
-            PyObject *all = PyList_GET_ITEM(run, 4);
-            if (PyList_SetSlice(all, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, marks) < 0)
-                goto done;
-        }
-        if (PyObject_IsTrue(PyTuple_GET_ITEM(e, 3)) == 1)
-            PyList_SetItem(run, 5, Py_NewRef(Py_True));
     }
-    out = PyList_New(PyList_GET_SIZE(order));
-    if (!out)
+    /* the runs, in order of first appearance */
+    Py_ssize_t last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        row_t *r = &rows[i];
+        trace_t *t = &traces[r->trace];
+        PyObject *conv = r->conv ? r->conv : t->one;
+        Py_ssize_t at = -1;
+        if (last >= 0 && runs[last].trace == r->trace) {
+            int same = same_conv(runs[last].conv, conv);
+            if (same < 0)
+                goto done;
+            if (same)
+                at = last;
+        }
+        for (Py_ssize_t k = t->runs; at < 0 && k >= 0; k = runs[k].next) {
+            int same = same_conv(runs[k].conv, conv);
+            if (same < 0)
+                goto done;
+            if (same)
+                at = k;
+        }
+        if (at < 0) {
+            if (nruns == caps) {
+                Py_ssize_t cap = caps ? caps * 2 : 16;
+                run_t *v = PyMem_Realloc(runs, (size_t)cap * sizeof(run_t));
+                if (!v) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                runs = v;
+                caps = cap;
+            }
+            at = nruns++;
+            memset(&runs[at], 0, sizeof(run_t));
+            runs[at].trace = r->trace;
+            runs[at].conv = conv;
+            runs[at].next = -1;
+            Py_ssize_t *tail = &t->runs;
+            while (*tail >= 0)
+                tail = &runs[*tail].next;
+            *tail = at;
+        }
+        run_t *run = &runs[at];
+        last = at;
+        if (run->n == run->cap) {
+            Py_ssize_t cap = run->cap ? run->cap * 2 : 16;
+            Py_ssize_t *v = PyMem_Realloc(run->ordinals, (size_t)cap * sizeof(Py_ssize_t));
+            if (!v) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            run->ordinals = v;
+            run->cap = cap;
+        }
+        run->ordinals[run->n++] = i;
+        if (r->root) {
+            if (!run->roots && !(run->roots = PyList_New(0)))
+                goto done;
+            PyObject *root = Py_BuildValue("(nO)", i, r->op);
+            int bad = !root || PyList_Append(run->roots, root) < 0;
+            Py_XDECREF(root);
+            if (bad)
+                goto done;
+        }
+        if (r->marks) {
+            if (!run->marks && !(run->marks = PyList_New(0)))
+                goto done;
+            if (PyList_SetSlice(run->marks, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, r->marks) < 0)
+                goto done;
+        }
+        run->genai |= r->genai;
+    }
+    if (!(list = PyList_New(nruns)))
         goto done;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order); i++) {
-        PyObject *run = PyList_GET_ITEM(order, i);
-        PyObject *roots = PyList_AsTuple(PyList_GET_ITEM(run, 3)), *marks = PyList_AsTuple(PyList_GET_ITEM(run, 4));
-        PyObject *t = (roots && marks) ? PyTuple_Pack(6, PyList_GET_ITEM(run, 0), PyList_GET_ITEM(run, 1),
-                                                      PyList_GET_ITEM(run, 2), roots, marks, PyList_GET_ITEM(run, 5))
-                                       : NULL;
+    for (Py_ssize_t k = 0; k < nruns; k++) {
+        run_t *run = &runs[k];
+        PyObject *ordinals = PyList_New(run->n);
+        if (!ordinals)
+            goto done;
+        for (Py_ssize_t j = 0; j < run->n; j++) {
+            PyObject *o = PyLong_FromSsize_t(run->ordinals[j]);
+            if (!o) {
+                Py_DECREF(ordinals);
+                goto done;
+            }
+            PyList_SET_ITEM(ordinals, j, o);
+        }
+        PyObject *trace = hex_str(traces[run->trace].id, 16);
+        PyObject *roots = run->roots ? PyList_AsTuple(run->roots) : PyTuple_New(0);
+        PyObject *marks = run->marks ? PyList_AsTuple(run->marks) : PyTuple_New(0);
+        PyObject *t = (trace && roots && marks) ? PyTuple_Pack(6, trace, run->conv ? run->conv : Py_None, ordinals,
+                                                               roots, marks, run->genai ? Py_True : Py_False)
+                                                : NULL;
+        Py_XDECREF(trace);
         Py_XDECREF(roots);
         Py_XDECREF(marks);
-        if (!t) {
-            Py_CLEAR(out);
+        Py_DECREF(ordinals);
+        if (!t)
             goto done;
-        }
-        PyList_SET_ITEM(out, i, t);
+        PyList_SET_ITEM(list, k, t);
     }
+    out = Py_BuildValue("(nO)", n, list);
 done:
-    Py_XDECREF(index);
-    Py_XDECREF(order);
-    Py_XDECREF(convs);
+    for (Py_ssize_t k = 0; k < nruns; k++) {
+        PyMem_Free(runs[k].ordinals);
+        Py_XDECREF(runs[k].roots);
+        Py_XDECREF(runs[k].marks);
+    }
+    PyMem_Free(runs);
+    PyMem_Free(rows);
+    PyMem_Free(traces);
+    PyMem_Free(slots);
+    PyMem_RawFree(ps.v);
+    Py_XDECREF(list);
+    Py_XDECREF(slow);
+    Py_XDECREF(memo.keep);
+    PyBuffer_Release(&view);
     return out;
 }
 
@@ -893,7 +1268,7 @@ static PyObject *configure(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_O, "scan(body) -> list[SpanEntry]: every span of a serialized OTLP traces request."},
-    {"runs", runs, METH_O, "runs(entries) -> the spans of each trace and conversation id (see runs_python)."},
+    {"scan_runs", scan_runs, METH_O, "scan_runs(body) -> (spans, runs or None), or NotImplemented when malformed."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(...): the key tables, the entry type, the error class and the value resolver."},
     {NULL, NULL, 0, NULL},

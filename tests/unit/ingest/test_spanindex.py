@@ -338,7 +338,7 @@ def test_runs_group_every_span_once_by_trace_and_conversation_in_c_and_python_al
     for body in bodies:
         entries = spanindex.scan_python(body)
         runs = spanindex.runs_python(entries)
-        assert repr(spanindex.runs_native(entries)) == repr(runs)
+        assert repr(spanindex.scan_runs_native(body)) == repr((len(entries), runs))  # the C walk, no GIL
         if any(not spanindex.valid_ids(e) for e in entries):
             assert runs is None
             continue
@@ -372,7 +372,14 @@ def test_a_span_without_a_conversation_id_runs_with_its_traces_one_conversation(
     runs = spanindex.runs_python(entries)
     assert runs is not None and [(r[0], r[1], r[2]) for r in runs] == expected
     implementation("native")
-    assert repr(spanindex.runs_native(entries)) == repr(runs)
+    body = request(*[Span(trace_id=bytes.fromhex(t), span_id=bytes.fromhex(s), name="chat m" if c else "GET /",
+                          parent_span_id=b"" if c else bytes.fromhex("0f" * 8),
+                          attributes=[kv("gen_ai.conversation.id", c), kv("gen_ai.operation.name", "chat")] if c
+                          else [kv("gen_ai.operation.name", "chat")])
+                     for s, t, c in spans])
+    got = spanindex.scan_runs_native(body)
+    assert got[1] is not None and [(r[0], r[1], r[2]) for r in got[1]] == expected
+    assert repr(got) == repr(spanindex.scan_runs_python(body))
 
 
 @pytest.mark.parametrize("field, value", [("trace_id", "0" * 32), ("trace_id", "ab" * 8), ("span_id", "0" * 16),
@@ -382,4 +389,8 @@ def test_runs_refuse_a_request_with_an_invalid_id_in_c_and_python(field, value):
     entries[1] = entries[1]._replace(**{field: value})
     assert spanindex.runs_python(entries) is None
     implementation("native")
-    assert spanindex.runs_native(entries) is None
+    req = ExportTraceServiceRequest.FromString(rich_request())
+    span = req.resource_spans[0].scope_spans[0].spans[1]
+    setattr(span, field, bytes.fromhex(value))
+    body = req.SerializeToString()
+    assert spanindex.scan_runs_python(body) == spanindex.scan_runs_native(body) == (len(entries), None)

@@ -442,10 +442,9 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
     id in order of first appearance; spans in the request) from the span index, without decoding; None when
     the index cannot settle the request (malformed, invalid ids)."""
     try:
-        entries = spanindex.scan(body)
+        received, grouped = spanindex.scan_runs(body)
     except SpanIndexError:
         return None
-    grouped = spanindex.runs(entries)
     if grouped is None:
         return None  # an invalid id: decode() rejects that span, with its message
     genai: dict[str, bool] = {}  # trace id -> a GenAI span seen (the filter keeps or drops whole traces)
@@ -454,7 +453,7 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
     keep = screen.keep_traces(genai)
     kept = [SpanRefs(trace_id, conv, pos, ordinals, roots, marks)
             for trace_id, conv, ordinals, roots, marks, _ in grouped if keep is None or trace_id in keep]
-    return kept, len(entries)
+    return kept, received
 
 
 def _append_and_queue(signal: Signal, data: bytes, records: Sequence[Record | SpanRefs], pipeline: Pipeline,
