@@ -4,10 +4,10 @@ Why one implementation: the three files share one failure mode (a writer
 killed or a disk filled mid-line) and must agree on what a reader does about
 it. The rules:
 
-- append: each line is one `write(2)` of the whole line on an `O_APPEND`
-  descriptor, so lines from several writers never interleave; an advisory
-  `flock` (best-effort) keeps one batch together; the batch is fsynced before
-  `append` returns, so a line that was reported written survives a crash.
+- append: a batch of lines is one `write(2)` on an `O_APPEND` descriptor
+  (under an advisory `flock`, best-effort), so lines from several writers
+  never interleave and a batch stays together; it is fsynced before `append`
+  returns, so a line that was reported written survives a crash.
 - a torn tail (the file does not end with a newline) never poisons later
   lines: the next append starts on a fresh line, and `repair()` (for an owner
   that holds the file alone, at start-up) truncates it.
@@ -79,11 +79,10 @@ class Journal:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            for n, record in enumerate(items):
-                line: bytes = record if encoded else encode_line(record)
-                if n == 0 and not self._ends_with_newline(fd):
-                    line = b"\n" + line  # a torn tail: start ours on a line of its own
-                self._write_all(fd, line)
+            lines = items if encoded else [encode_line(record) for record in items]
+            if not self._ends_with_newline(fd):
+                lines = [b"\n", *lines]  # a torn tail: start ours on a line of its own
+            self._write_all(fd, b"".join(lines))  # one write for the batch (under the lock); fsync once
             os.fsync(fd)
         finally:
             with contextlib.suppress(OSError):
@@ -112,8 +111,8 @@ class Journal:
 
     @staticmethod
     def _write_all(fd: int, data: bytes) -> None:
-        """One write for the whole line (atomic on O_APPEND); a short write (a full disk) is finished with
-        further writes rather than dropped, and a reader treats what is left as a torn line."""
+        """One write for the whole batch (O_APPEND, under the lock); a short write (a full disk) is finished
+        with further writes rather than dropped, and a reader treats what is left as a torn line."""
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

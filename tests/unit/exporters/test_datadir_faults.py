@@ -176,7 +176,7 @@ def test_a_torn_batch_of_kept_sessions_lines_is_cut_back_and_their_offsets_stay_
     def write(fd, data):
         if _is_index(fd):
             writes["n"] += 1
-            if writes["n"] == 2:  # the second line: half of it lands, then the disk is full
+            if writes["n"] == 1:  # the batch (one write): half of it lands, mid-line, then the disk is full
                 real_write(fd, bytes(data[: len(data) // 2]))
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
