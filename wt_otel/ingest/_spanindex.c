@@ -903,11 +903,11 @@ typedef struct {
     const uint8_t *id; /* 16 bytes */
     PyObject *one;     /* the trace's one conversation id in the request (NULL: none, or several) */
     int several;
-    Py_ssize_t runs;   /* its first run (-1: none), runs chained by `next` */
 } trace_t;
 
 typedef struct {
-    Py_ssize_t trace, next, *ordinals, n, cap;
+    Py_ssize_t trace, *ordinals, n, cap;
+    size_t hash;
     PyObject *conv, *roots, *marks;
     int genai;
 } run_t;
@@ -1013,15 +1013,13 @@ static PyObject *scan_runs(PyObject *self, PyObject *arg) {
     /* the traces (by their 16 bytes) and each one's one conversation id, for its spans that carry none */
     for (Py_ssize_t i = 0; i < n; i++) {
         const uint8_t *id = b + ps.v[i].trace;
-        size_t h = 0;
-        for (int k = 0; k < 16; k++)
-            h = h * 31 + id[k];
+        /* the interpreter's keyed hash: trace ids are the sender's to choose, so no chosen set of them collides */
+        size_t h = (size_t)_Py_HashBytes(id, 16);
         for (h &= (size_t)mask; slots[h] >= 0 && memcmp(traces[slots[h]].id, id, 16) != 0; h = (h + 1) & (size_t)mask)
             ;
         if (slots[h] < 0) {
             slots[h] = ntraces;
             traces[ntraces].id = id;
-            traces[ntraces].runs = -1;
             ntraces++;
         }
         trace_t *t = &traces[slots[h]];
@@ -1041,26 +1039,41 @@ static PyObject *scan_runs(PyObject *self, PyObject *arg) {
             }
         }
     }
-    /* the runs, in order of first appearance */
+    /* the runs, in order of first appearance, found by (trace, conversation) in a table of the same size
+     * (at most one run per span); the slots are reused, the traces' are no longer needed */
+    for (Py_ssize_t i = 0; i <= mask; i++)
+        slots[i] = -1;
     Py_ssize_t last = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         row_t *r = &rows[i];
         trace_t *t = &traces[r->trace];
         PyObject *conv = r->conv ? r->conv : t->one;
         Py_ssize_t at = -1;
-        if (last >= 0 && runs[last].trace == r->trace) {
+        if (last >= 0 && runs[last].trace == r->trace) {  /* a run's spans mostly come together */
             int same = same_conv(runs[last].conv, conv);
             if (same < 0)
                 goto done;
             if (same)
                 at = last;
         }
-        for (Py_ssize_t k = t->runs; at < 0 && k >= 0; k = runs[k].next) {
-            int same = same_conv(runs[k].conv, conv);
-            if (same < 0)
+        size_t h = 0, probe = 0;
+        if (at < 0) {
+            Py_hash_t ch = conv ? PyObject_Hash(conv) : 0;
+            if (ch == -1 && PyErr_Occurred())
                 goto done;
-            if (same)
-                at = k;
+            h = (size_t)ch ^ ((size_t)r->trace * (size_t)0x9E3779B97F4A7C15ULL);
+            for (probe = h & (size_t)mask; slots[probe] >= 0; probe = (probe + 1) & (size_t)mask) {
+                run_t *k = &runs[slots[probe]];
+                if (k->trace != r->trace || k->hash != h)
+                    continue;
+                int same = same_conv(k->conv, conv);
+                if (same < 0)
+                    goto done;
+                if (same) {
+                    at = slots[probe];
+                    break;
+                }
+            }
         }
         if (at < 0) {
             if (nruns == caps) {
@@ -1077,11 +1090,8 @@ static PyObject *scan_runs(PyObject *self, PyObject *arg) {
             memset(&runs[at], 0, sizeof(run_t));
             runs[at].trace = r->trace;
             runs[at].conv = conv;
-            runs[at].next = -1;
-            Py_ssize_t *tail = &t->runs;
-            while (*tail >= 0)
-                tail = &runs[*tail].next;
-            *tail = at;
+            runs[at].hash = h;
+            slots[probe] = at;
         }
         run_t *run = &runs[at];
         last = at;

@@ -394,3 +394,19 @@ def test_runs_refuse_a_request_with_an_invalid_id_in_c_and_python(field, value):
     setattr(span, field, bytes.fromhex(value))
     body = req.SerializeToString()
     assert spanindex.scan_runs_python(body) == spanindex.scan_runs_native(body) == (len(entries), None)
+
+
+def test_scan_runs_stays_linear_on_a_request_built_to_make_it_quadratic():
+    """One trace with a conversation id per span (a run each), and many traces: the C grouping finds runs and
+    traces by keyed hash (the sender chooses the ids), so 20,000 runs cost what 20,000 spans do. Parity with
+    the Python path; a walk over each trace's runs, or a hash the sender can aim, would take minutes here."""
+    implementation("native")
+    one = bytes.fromhex("ab" * 16)
+    spans = [Span(trace_id=one, span_id=(n + 1).to_bytes(8, "big"), name="chat m",
+                  attributes=[kv("gen_ai.conversation.id", f"c{n}")]) for n in range(20_000)]
+    spans += [Span(trace_id=(n + 1).to_bytes(16, "big"), span_id=(n + 1).to_bytes(8, "big"), name="chat m")
+              for n in range(20_000)]
+    body = request(*spans)
+    got = spanindex.scan_runs_native(body)
+    assert got[0] == 40_000 and got[1] is not None and len(got[1]) == 40_000
+    assert repr(got) == repr(spanindex.scan_runs_python(body))
