@@ -653,6 +653,9 @@ def scan_runs(body: bytes | bytearray | memoryview) -> tuple[int, list[Run] | No
     """(spans in the request, `runs_python` of its entries): what serve keeps by reference, without the
     entries. Raises `SpanIndexError` on bad input, as `scan`."""
     if implementation() == "native":
+        if _native_scan_runs is None:  # an extension built before scan_runs (pip install rebuilds it)
+            entries = scan_native(body)
+            return len(entries), runs_python(entries)
         return scan_runs_native(body)
     return scan_runs_python(body)
 

@@ -410,3 +410,14 @@ def test_scan_runs_stays_linear_on_a_request_built_to_make_it_quadratic():
     got = spanindex.scan_runs_native(body)
     assert got[0] == 40_000 and got[1] is not None and len(got[1]) == 40_000
     assert repr(got) == repr(spanindex.scan_runs_python(body))
+
+
+def test_scan_runs_with_an_extension_built_before_it_reads_the_request_all_the_same(monkeypatch):
+    """A checkout updated without reinstalling keeps its older C build: serve still indexes (the C scan, then
+    the runs in Python), as it did before `scan_runs` existed."""
+    implementation("native")
+    body = rich_request()
+    expected = spanindex.scan_runs_python(body)
+    monkeypatch.setattr(spanindex, "_native_scan_runs", None)
+    monkeypatch.setattr(spanindex, "_chosen", ("native", spanindex.scan_native))
+    assert repr(spanindex.scan_runs(body)) == repr(expected)
