@@ -381,8 +381,9 @@ static int extend_items(PyObject *dict, PyObject **out) {
 }
 
 /* _event: 1 when the event's name is a GenAI event name, 0 when not, -1 on error; its marks are
- * appended to the list *marks (created on first use). */
-static int read_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, PyObject **marks) {
+ * appended to the list *marks (created on first use). With `marks` NULL (scan_runs' walk, without the
+ * GIL) no mark is read: *seen says whether the event has one. */
+static int read_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, PyObject **marks, int *seen) {
     const uint8_t *name = b + pos;
     Py_ssize_t name_n = 0;
     PyObject *own = NULL;
@@ -406,8 +407,12 @@ static int read_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, PyObject
                 kv_t kv;
                 if (read_key_value(b, pos, stop, &kv) < 0)
                     goto error;
-                if (is_mark(kv.key, kv.key_n) && add_mark(b, &kv, &own) < 0)
-                    goto error;
+                if (is_mark(kv.key, kv.key_n)) {
+                    if (!marks)
+                        *seen = 1;
+                    else if (add_mark(b, &kv, &own) < 0)
+                        goto error;
+                }
             }
             pos = stop;
         } else if (skip_field(b, &pos, end, wire, field) < 0) {
@@ -487,7 +492,7 @@ static PyObject *read_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end) {
                 if (is_mark(kv.key, kv.key_n) && add_mark(b, &kv, &marks) < 0)
                     goto error;
             } else if (field == 11) {
-                int g = read_event(b, pos, stop, &event_marks);
+                int g = read_event(b, pos, stop, &event_marks, NULL);
                 if (g < 0)
                     goto error;
                 if (g)
@@ -592,11 +597,49 @@ error:
     return entry;
 }
 
+/* ------------------------------------------------------------------ the request's spans */
+
+/* Each span of the request (request > resource_spans > scope_spans > span), in wire order, to `on_span`
+ * (0 to go on, -1 to stop); -1 when malformed or when `on_span` stopped. No Python of its own: scan()
+ * walks with the GIL, scan_runs() without it. */
+static int each_span(const uint8_t *b, Py_ssize_t len, int (*on_span)(const uint8_t *, Py_ssize_t, Py_ssize_t, void *),
+                     void *ctx) {
+    spans_t rs = {0}, ss = {0}, sp = {0};
+    int rc = -1;
+    if (collect_fields(b, 0, len, 1, "the request", &rs) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < rs.n; i += 2) {
+        if (collect_fields(b, rs.v[i], rs.v[i + 1], 2, "a resource_spans", &ss) < 0)
+            goto done;
+        for (Py_ssize_t j = 0; j < ss.n; j += 2) {
+            if (collect_fields(b, ss.v[j], ss.v[j + 1], 2, "a scope_spans", &sp) < 0)
+                goto done;
+            for (Py_ssize_t k = 0; k < sp.n; k += 2)
+                if (on_span(b, sp.v[k], sp.v[k + 1], ctx) < 0)
+                    goto done;
+        }
+    }
+    rc = 0;
+done:
+    PyMem_RawFree(rs.v);
+    PyMem_RawFree(ss.v);
+    PyMem_RawFree(sp.v);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ module functions */
+
+static int append_entry(const uint8_t *b, Py_ssize_t start, Py_ssize_t end, void *out) {
+    PyObject *entry = read_span(b, start, end);
+    if (!entry)
+        return -1;
+    int rc = PyList_Append((PyObject *)out, entry);
+    Py_DECREF(entry);
+    return rc;
+}
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
-    spans_t rs = {0}, ss = {0}, sp = {0};
     PyObject *out = NULL;
     (void)self;
     if (!entry_type) {
@@ -605,35 +648,8 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     }
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    const uint8_t *b = view.buf;
-    if (!(out = PyList_New(0)))
-        goto done;
-    if (collect_fields(b, 0, view.len, 1, "the request", &rs) < 0)
-        goto fail;
-    for (Py_ssize_t i = 0; i < rs.n; i += 2) {
-        if (collect_fields(b, rs.v[i], rs.v[i + 1], 2, "a resource_spans", &ss) < 0)
-            goto fail;
-        for (Py_ssize_t j = 0; j < ss.n; j += 2) {
-            if (collect_fields(b, ss.v[j], ss.v[j + 1], 2, "a scope_spans", &sp) < 0)
-                goto fail;
-            for (Py_ssize_t k = 0; k < sp.n; k += 2) {
-                PyObject *entry = read_span(b, sp.v[k], sp.v[k + 1]);
-                if (!entry)
-                    goto fail;
-                int rc = PyList_Append(out, entry);
-                Py_DECREF(entry);
-                if (rc < 0)
-                    goto fail;
-            }
-        }
-    }
-    goto done;
-fail:
-    Py_CLEAR(out);
-done:
-    PyMem_RawFree(rs.v);
-    PyMem_RawFree(ss.v);
-    PyMem_RawFree(sp.v);
+    if ((out = PyList_New(0)) && each_span(view.buf, view.len, append_entry, out) < 0)
+        Py_CLEAR(out);
     PyBuffer_Release(&view);
     return out;
 }
@@ -711,37 +727,6 @@ typedef struct {
     Py_ssize_t n, cap;
 } peeks_t;
 
-/* read_event's walk without Python: 1 when a GenAI event, 0 when not, -1 malformed; a mark makes the span slow. */
-static int peek_event(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p) {
-    const uint8_t *name = b + pos;
-    Py_ssize_t name_n = 0;
-    while (pos < end) {
-        uint64_t field;
-        unsigned wire;
-        if (read_tag(b, &pos, end, &field, &wire) < 0 || field == 0)
-            return -1;
-        if ((field == 2 || field == 3) && wire == 2) {
-            Py_ssize_t stop;
-            if (read_len(b, &pos, end, "span event", field, &stop) < 0)
-                return -1;
-            if (field == 2) {
-                name = b + pos;
-                name_n = stop - pos;
-            } else {
-                kv_t kv;
-                if (read_key_value(b, pos, stop, &kv) < 0)
-                    return -1;
-                if (is_mark(kv.key, kv.key_n))
-                    p->slow = 1;
-            }
-            pos = stop;
-        } else if (skip_field(b, &pos, end, wire, field) < 0) {
-            return -1;
-        }
-    }
-    return event_prefix.n <= name_n && memcmp(name, event_prefix.p, (size_t)event_prefix.n) == 0;
-}
-
 /* read_span's walk without Python (0, or -1 when malformed). A span whose marks or values need Python
  * (a mark, a value not a string, bad UTF-8, a repeated value field) is marked `slow`. */
 static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p) {
@@ -779,11 +764,13 @@ static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p
                 if (is_mark(kv.key, kv.key_n))
                     p->slow = 1;
             } else if (field == 11) {
-                int g = peek_event(b, pos, stop, p);
+                int seen = 0, g = read_event(b, pos, stop, NULL, &seen);
                 if (g < 0)
                     return -1;
                 if (g)
                     event_genai = 1;
+                if (seen)
+                    p->slow = 1;
             } else if (field == 1) {
                 p->trace = pos;
                 p->trace_n = stop - pos;
@@ -822,39 +809,21 @@ static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p
     return 0;
 }
 
-/* The whole request's spans into `out`, without Python (0, or -1: malformed or out of memory). */
-static int peek_request(const uint8_t *b, Py_ssize_t len, peeks_t *out) {
-    spans_t rs = {0}, ss = {0}, sp = {0};
-    int rc = -1;
-    if (collect_fields(b, 0, len, 1, "the request", &rs) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < rs.n; i += 2) {
-        if (collect_fields(b, rs.v[i], rs.v[i + 1], 2, "a resource_spans", &ss) < 0)
-            goto done;
-        for (Py_ssize_t j = 0; j < ss.n; j += 2) {
-            if (collect_fields(b, ss.v[j], ss.v[j + 1], 2, "a scope_spans", &sp) < 0)
-                goto done;
-            for (Py_ssize_t k = 0; k < sp.n; k += 2) {
-                if (out->n == out->cap) {
-                    Py_ssize_t cap = out->cap ? out->cap * 2 : 64;
-                    peek_t *v = PyMem_RawRealloc(out->v, (size_t)cap * sizeof(peek_t));
-                    if (!v)
-                        goto done;
-                    out->v = v;
-                    out->cap = cap;
-                }
-                if (peek_span(b, sp.v[k], sp.v[k + 1], &out->v[out->n]) < 0)
-                    goto done;
-                out->n++;
-            }
-        }
+/* One span into the peeks (each_span's callback, without the GIL): -1 when malformed or out of memory. */
+static int add_peek(const uint8_t *b, Py_ssize_t start, Py_ssize_t end, void *ctx) {
+    peeks_t *out = ctx;
+    if (out->n == out->cap) {
+        Py_ssize_t cap = out->cap ? out->cap * 2 : 64;
+        peek_t *v = PyMem_RawRealloc(out->v, (size_t)cap * sizeof(peek_t));
+        if (!v)
+            return -1;
+        out->v = v;
+        out->cap = cap;
     }
-    rc = 0;
-done:
-    PyMem_RawFree(rs.v);
-    PyMem_RawFree(ss.v);
-    PyMem_RawFree(sp.v);
-    return rc;
+    if (peek_span(b, start, end, &out->v[out->n]) < 0)
+        return -1;
+    out->n++;
+    return 0;
 }
 
 static int nonzero(const uint8_t *p, Py_ssize_t n) {
@@ -944,7 +913,7 @@ static PyObject *scan_runs(PyObject *self, PyObject *arg) {
     const uint8_t *b = view.buf;
     Py_BEGIN_ALLOW_THREADS
     quiet = 1;
-    rc = peek_request(b, view.len, &ps);
+    rc = each_span(b, view.len, add_peek, &ps);
     quiet = 0;
     Py_END_ALLOW_THREADS
     if (rc < 0) {
