@@ -11,7 +11,7 @@ UI_VENV         ?= .venv-ui
 PHOENIX_VERSION ?= 20.26.1
 UI_STAMP        := $(UI_VENV)/.installed-phoenix-$(PHOENIX_VERSION)
 
-$(STAMP): pyproject.toml setup.py wt_otel/ingest/_spanindex.c wt_otel/ingest/_wirecheck.c
+$(STAMP): pyproject.toml setup.py wt_otel/ingest/_spanindex.c wt_otel/ingest/_wirecheck.c wt_otel/ingest/_utf8.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip > $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)
 	$(BIN)/pip install -q -e '.[test]' >> $(VENV)/pip.log 2>&1 || (cat $(VENV)/pip.log; exit 1)

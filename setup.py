@@ -8,4 +8,5 @@ schema) and `wt_otel.ingest.wirecheck` asks upb itself.
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"wt_otel.ingest.{name}", [f"wt_otel/ingest/{name}.c"], optional=True,
-                             extra_compile_args=["-O2"]) for name in ("_spanindex", "_wirecheck")])
+                             depends=["wt_otel/ingest/_utf8.h"], extra_compile_args=["-O2"])
+                   for name in ("_spanindex", "_wirecheck")])

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_utf8.h"
+
 typedef struct {
     const uint8_t *p;
     Py_ssize_t n;
@@ -656,44 +658,6 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
 
 /* ------------------------------------------------------------------ scan_runs: `runs_python(scan(body))`, mostly without the GIL */
 
-/* Strict UTF-8, as PyUnicode_DecodeUTF8 takes it: no overlongs, no surrogates, nothing past U+10FFFF. */
-static int utf8_ok(const uint8_t *p, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t c = p[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        Py_ssize_t len;
-        uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (len > n - i)
-            return 0;
-        for (Py_ssize_t k = 1; k < len; k++) {
-            uint8_t d = p[i + k];
-            if ((d & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (d & 0x3F);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
 enum { V_NONE, V_STR, V_OTHER };
 
 /* What read_value makes of b[pos:end], without making it: None; a str (its valid UTF-8 at *at, *n); or
@@ -707,7 +671,7 @@ static int classify_value(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, Py_s
     if ((tag & 7) == 2 && (tag >> 3) == 1) {
         if (read_varint(b, &pos, end, &len) < 0)
             return V_OTHER;
-        if (len == (uint64_t)(end - pos) && utf8_ok(b + pos, (Py_ssize_t)len)) {
+        if (len == (uint64_t)(end - pos) && utf8_valid(b + pos, (Py_ssize_t)len)) {
             *at = pos;
             *n = (Py_ssize_t)len;
             return V_STR;

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_utf8.h"
+
 enum { K_VARINT, K_FIXED64, K_FIXED32, K_STRING, K_BYTES, K_MESSAGE, K_UNSUPPORTED };
 #define MAX_DEPTH 64
 #define MAX_FIELD 536870911u /* 2^29 - 1 */
@@ -73,52 +75,6 @@ static int varint(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, uint64_t *o
         }
     }
     return -1;
-}
-
-/* Strict UTF-8 (RFC 3629), eight ASCII bytes at a time where it can. */
-static int utf8_valid(const uint8_t *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        if (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ULL)) {
-                i += 8;
-                continue;
-            }
-        }
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        Py_ssize_t len;
-        uint8_t lo = 0x80, hi = 0xBF; /* the allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0)
-                lo = 0xA0; /* overlong */
-            else if (c == 0xED)
-                hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0)
-                lo = 0x90; /* overlong */
-            else if (c == 0xF4)
-                hi = 0x8F; /* past U+10FFFF */
-        } else {
-            return 0;
-        }
-        if (i + len > n || s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (Py_ssize_t k = 2; k < len; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
-                return 0;
-        i += len;
-    }
-    return 1;
 }
 
 static const field_t *find(const message_t *m, uint32_t number) {

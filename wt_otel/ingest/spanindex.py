@@ -652,29 +652,31 @@ def runs_python(entries: list[SpanEntry]) -> list[Run] | None:
 def scan_runs(body: bytes | bytearray | memoryview) -> tuple[int, list[Run] | None]:
     """(spans in the request, `runs_python` of its entries): what serve keeps by reference, without the
     entries. Raises `SpanIndexError` on bad input, as `scan`."""
-    if implementation() == "native":
-        if _native_scan_runs is None:  # an extension built before scan_runs (pip install rebuilds it)
-            entries = scan_native(body)
-            return len(entries), runs_python(entries)
-        return scan_runs_native(body)
-    return scan_runs_python(body)
+    return _runs_native(body) if implementation() == "native" else scan_runs_python(body)
 
 
 def scan_runs_python(body: bytes | bytearray | memoryview) -> tuple[int, list[Run] | None]:
+    """`scan_runs` on the pure-Python fallback."""
     entries = scan_python(body)
     return len(entries), runs_python(entries)
 
 
 def scan_runs_native(body: bytes | bytearray | memoryview) -> tuple[int, list[Run] | None]:
-    """The C `scan_runs`: the wire walk without the GIL, then the runs, with no object made per span (the
-    GIL-held part of `runs_python(scan_native(body))` was ~1 ms of a 500-span request, for serve's
-    receivers). A malformed request comes back to the GIL-held scan, which says what is wrong."""
+    """`scan_runs` in C whatever `WT_OTEL_SPANINDEX` chose; raises `SpanIndexUnavailable` when not built."""
     if _native_scan_runs is None:
         scan_native(b"")  # raises with the reason when nothing is built
         raise SpanIndexUnavailable("the native span index was built before scan_runs(): reinstall to rebuild it")
-    got = _native_scan_runs(body)
+    return _runs_native(body)
+
+
+def _runs_native(body: bytes | bytearray | memoryview) -> tuple[int, list[Run] | None]:
+    """The C `scan_runs`: the wire walk without the GIL, then the runs, with no object made per span (the
+    GIL-held part of `runs_python(scan_native(body))` was ~1 ms of a 500-span request, for serve's
+    receivers). A malformed request, or an extension built before `scan_runs`, takes the GIL-held `scan`
+    (which says what is wrong) and `runs_python`."""
+    got = NotImplemented if _native_scan_runs is None else _native_scan_runs(body)
     if got is NotImplemented:
-        entries = scan_native(body)  # raises what is wrong (or reads what only the GIL-free walk refused)
+        entries = scan_native(body)
         return len(entries), runs_python(entries)
     return got
 
