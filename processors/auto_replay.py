@@ -173,7 +173,6 @@ class AutoReplay:
             return
         ref = incident_ref(session)
         if not session.content_captured or not session.user_turns:  # nothing to inject: not a replayable incident
-            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_conversation")
             if not session.content_captured:
                 setting = next((d.get("setting") for d in session.diagnostics if d.get("setting")), None)
                 self._refuse(ref, "no conversation to replay: the session holds no message content (capture off "
@@ -181,6 +180,8 @@ class AutoReplay:
                              + (f"; turn it on with {setting}" if setting else ""))
             else:
                 self._refuse(ref, "no conversation to replay: the session has no user turn with text")
+            # counted once said: a reader that sees the count sees the warning and the queue's event too
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_conversation")
             return
         target = self.target_for(session)
         if target is None:  # kept in the data dir and said; never replayed against another service's agent
@@ -189,8 +190,8 @@ class AutoReplay:
                    f"--replay-service name the services the agent at {self.endpoint} serves; configured: "
                    f"{configured})")
             self.queue.refuse(ref, why)
-            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_target")
             self.warn(f"incident {ref} NOT replayed: {why}; its session stays in the data dir")
+            self.metrics.inc("wt_otel_replay_skipped_total", reason="no_target")
             return
         admission = self.queue.admit(ref)
         if admission is QueueAdmission.DUPLICATE:
@@ -234,9 +235,9 @@ class AutoReplay:
 
     def _refuse(self, ref: str, reason: str) -> None:
         self.queue.refuse(ref, reason)
-        self.metrics.inc("wt_otel_replay_refused_total")
         self.warn(f"incident {ref} NOT queued for replay: {reason}; its session stays in the data dir "
                   "(replay it by hand: wt-otel import / wt-otel run)")
+        self.metrics.inc("wt_otel_replay_refused_total")
 
     def _depth(self) -> None:
         self.metrics.set("wt_otel_replay_queue_depth", self.queue.pending)
