@@ -39,9 +39,10 @@ Past `max_bytes` on disk, `SegmentFull` (429 / RESOURCE_EXHAUSTED + retry
 info): the open sessions pin more than the cap.
 
 Start-up. Every segment's torn tail (a kill mid-write) is cut back to its last
-whole frame, counted and reported; new appends go to a new generation; `replay()`
-yields the entries at or past the checkpoint for serve to feed its pipeline
-before the receivers open.
+whole frame (found from the frame headers, without reading the messages),
+counted and reported; new appends go to a new generation; `replay()` yields the
+entries at or past the checkpoint for serve to feed its pipeline before the
+receivers open.
 """
 
 from __future__ import annotations
@@ -635,12 +636,26 @@ def _frames(path: Path) -> Iterator[tuple[int, bytes]]:
             offset += 4 + n
 
 
+def _whole_end(path: Path) -> tuple[int, int]:
+    """(where the last whole frame ends, the file's size), as `_frames` would find it, from the frame headers
+    alone: a start reads 4 bytes a frame, not every retained segment's every byte (gigabytes, with
+    `retain_bytes`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size, end = os.fstat(fd).st_size, 0
+        while end + 4 <= size:
+            n = int.from_bytes(os.pread(fd, 4, end), "big")
+            if n > MAX_FRAME or end + 4 + n > size:
+                break
+            end += 4 + n
+        return end, size
+    finally:
+        os.close(fd)
+
+
 def _repair_tail(path: Path) -> int:
     """Cut a segment back to its last whole frame; the bytes cut (0: it was whole)."""
-    end = 0
-    for offset, data in _frames(path):
-        end = offset + 4 + len(data)
-    size = path.stat().st_size
+    end, size = _whole_end(path)
     if size > end:
         with open(path, "r+b") as fh:
             fh.truncate(end)

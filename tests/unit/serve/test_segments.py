@@ -145,6 +145,21 @@ def test_a_torn_segment_tail_is_cut_counted_and_reported(tmp_path: Path) -> None
         again.stop()
 
 
+@pytest.mark.parametrize("tail", [b"", b"\x00", b"\x00\x00\x01", b"\x00\x00\x00\x09half", b"\xff\xff\xff\xffjunk",
+                                  b"\x00\x00\x00\x00"])
+def test_the_tail_repair_reads_headers_only_and_finds_what_the_reader_finds(tmp_path: Path, tail: bytes) -> None:
+    """Start-up finds each segment's last whole frame from the 4-byte headers (a start must not read every
+    retained byte); it must agree with `_frames`, the walk replay and `sessions render` read with."""
+    from wt_otel.serve.segments import _frames, _whole_end
+
+    path = tmp_path / "000000000001.traces.pb"
+    frames = [session(n) for n in range(3)] + [b""]  # an empty message is a whole frame too
+    path.write_bytes(b"".join(len(f).to_bytes(4, "big") + f for f in frames) + tail)
+    end = max((offset + 4 + len(data) for offset, data in _frames(path)), default=0)
+    assert _whole_end(path) == (end, path.stat().st_size)
+    assert end == path.stat().st_size - len(tail) + (4 if tail == b"\x00\x00\x00\x00" else 0)
+
+
 def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> None:
     server = Server(config(tmp_path, idle=0.2), quiet=True).start()
     try:
