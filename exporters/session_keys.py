@@ -207,10 +207,12 @@ class _Bloom:
         self._bits = bytearray(bits // 8)
         self._mask = bits - 1
 
-    def add(self, text: str) -> None:
+    def add(self, text: str) -> None:  # unrolled, as `__contains__`: twice per new key
         h, mask, bits = hash(text), self._mask, self._bits
-        for p in (h & mask, (h >> 21) & mask, (h >> 42) & mask):
-            bits[p >> 3] |= 1 << (p & 7)
+        a, b, c = h & mask, (h >> 21) & mask, (h >> 42) & mask
+        bits[a >> 3] |= 1 << (a & 7)
+        bits[b >> 3] |= 1 << (b & 7)
+        bits[c >> 3] |= 1 << (c & 7)
 
     def __contains__(self, text: str) -> bool:  # inlined: it is asked for every new key and slug
         h, mask, bits = hash(text), self._mask, self._bits

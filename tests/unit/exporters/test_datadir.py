@@ -91,6 +91,30 @@ def test_torn_last_line_is_reported_and_repaired_and_the_directory_reindexed(tmp
     assert read.entries[1]["recovered"] and store.has_key(tid(2))
 
 
+def test_index_lines_the_fast_parser_refuses_are_read_as_the_stdlib_reads_them(tmp_path):
+    """The index is parsed with orjson, and with the stdlib where orjson refuses: a line with a NaN or a lone
+    surrogate (a hand-edited index, an older writer) is read as before; one that is not JSON is reported."""
+    store = DataDirStore(tmp_path)
+    w = store.write(session(1))
+    store.close()
+    index = tmp_path / "sessions.ndjsonl"
+    lines = [b'{"key": "nan-key", "slug": "nan-key", "revision": 1, "score": NaN}\n',
+             b'{"key": "lone-\\ud800", "slug": "lone", "revision": 1}\n',
+             b'{"key": "broken", "slug"\n',
+             b'{"key": "bad-utf8-\xff", "slug": "bad", "revision": 1}\n']
+    index.write_bytes(index.read_bytes() + b"".join(lines))
+    read = read_index(tmp_path)
+    assert [e["key"] for e in read.entries] == [tid(1), "nan-key", "lone-\ud800"]
+    assert read.entries[1]["score"] != read.entries[1]["score"]  # NaN, as json.loads reads it
+    assert len(read.problems) == 2 and all("not an index entry" in p for p in read.problems), read.problems
+    store = DataDirStore(tmp_path)
+    try:
+        assert store.has_key("nan-key") and store.has_key("lone-\ud800") and store.has_key(tid(1))
+        assert not store.has_key("broken") and w.slug == read.entries[0]["slug"]
+    finally:
+        store.close()
+
+
 def test_crash_leftovers_are_cleaned_and_a_mid_swap_revision_is_restored(tmp_path):
     store = DataDirStore(tmp_path)
     w = store.write(session(1))
