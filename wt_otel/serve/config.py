@@ -149,6 +149,10 @@ class DurabilityConfig(_Strict):
                            "sessions pin it) exports get 429 / RESOURCE_EXHAUSTED with retry info")
     shutdown_deadline: float = Field(5.0, ge=0, description="seconds SIGTERM spends writing open sessions; the "
                                      "rest stay in the segments and are completed on the next start")
+    fsync_stall_timeout: float = Field(5.0, gt=0, le=60, description="seconds a segment fsync may take before serve "
+                                       "calls the disk stalled (a dead network disk): exports are then refused at once "
+                                       "(503 / UNAVAILABLE + retry info, /healthz degraded) instead of each waiting "
+                                       "30 s, until that fsync returns")
     retain_age: float = Field(7 * 24 * 3600.0, ge=0, description="with `datadir.render: flagged`, unflagged "
                               "sessions are kept by reference into the segments (rendered on demand): segments no "
                               "longer needed for open sessions are kept this many seconds for them, newest first ...")

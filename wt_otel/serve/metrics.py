@@ -67,7 +67,9 @@ HELP = {
     "wt_otel_segment_commit_batches_total": "Group commits: each acknowledged every request appended since the last.",
     "wt_otel_segment_commit_entries_total": "Requests made durable by group commits (/ batches: requests per fsync).",
     "wt_otel_segment_write_errors_total": "Failed segment appends or fsyncs (full disk, EIO): those requests refused.",
-    "wt_otel_segment_refusals_total": "Requests refused because the segment log is at durability.max_bytes.",
+    "wt_otel_segment_refusals_total": "Requests refused by the segment log: at durability.max_bytes (429), or while "
+                                      "an fsync is stalled (503).",
+    "wt_otel_segment_fsync_stalled": "1 while a segment fsync has not returned for durability.fsync_stall_timeout.",
     "wt_otel_segment_torn_tails_total": "Torn last frames cut at start-up (a kill mid-append; never acknowledged).",
     "wt_otel_segment_replayed_requests_total": "Requests replayed from the segment log at start-up.",
     "wt_otel_segment_checkpoint_generation": "The segment generation the checkpoint is in (older ones are deleted).",

@@ -149,7 +149,7 @@ class SegmentLog:
 
     def __init__(self, data_dir: Path | str, *, commit_interval: float = 0.005, segment_bytes: int = 64 << 20,
                  segment_max_age: float = 60.0, max_bytes: int = 4 << 30, metrics: Metrics | None = None,
-                 retain_age: float = 0.0, retain_bytes: int = 0) -> None:
+                 retain_age: float = 0.0, retain_bytes: int = 0, stall_timeout: float = 5.0) -> None:
         self.dir = Path(data_dir) / SEGMENTS
         self.dir.mkdir(parents=True, exist_ok=True)
         self.commit_interval = commit_interval
@@ -175,6 +175,11 @@ class SegmentLog:
         self._pins_lock = threading.Lock()
         self._dirty: set[int] = set()  # signals with unsynced bytes
         self._committing = False  # a waiter is running a group commit (the others wait for it)
+        # when that commit's fsyncs began (monotonic; None: not in an fsync). Past `stall_timeout` the disk is
+        # stalled: appends are refused at once and waiters give up, rather than each holding a receiver 30 s
+        self.stall_timeout = stall_timeout
+        self._fsync_since: float | None = None
+        self._stalled = False  # `failing` is a stall: it clears when that fsync returns, not by `probe()`
         self._closing = False
         self.opened = self._scan()
         self.recovery: list[str] = self.opened.torn + self.opened.problems
@@ -254,6 +259,9 @@ class SegmentLog:
         with self._lock:
             if self._closing:
                 raise SegmentUnavailable("the segment log is closed (shutting down)")
+            if (stall := self._stall_locked()) is not None:
+                self.metrics.inc("wt_otel_segment_refusals_total", reason="fsync_stalled")
+                raise SegmentUnavailable(stall)
             pinned = self._total - self._retained_bytes
             if pinned + size > self.max_bytes:
                 self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
@@ -298,10 +306,29 @@ class SegmentLog:
                 if not self._committing and self._dirty:
                     self._commit_locked()
                     continue
-                left = deadline - time.monotonic()
+                if (stall := self._stall_locked()) is not None:
+                    raise SegmentUnavailable(stall)
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     raise SegmentUnavailable(f"fsync did not complete within {timeout:g}s")
+                if self._fsync_since is not None:  # wake when it would count as stalled
+                    left = min(left, max(0.001, self._fsync_since + self.stall_timeout - now))
                 self._cond.wait(left)
+
+    def _stall_locked(self) -> str | None:
+        """Why appends are refused when a group commit's fsync has not returned for `stall_timeout` (the log is
+        then unhealthy until it does); None while it has not."""
+        since = self._fsync_since
+        if since is None or time.monotonic() - since <= self.stall_timeout:
+            return None
+        reason = (f"an fsync of the segment log has not returned for {self.stall_timeout:g}s (a stalled disk?): "
+                  "refusing exports until it does")
+        if self.failing is None:
+            self._stalled = True
+            self._unhealthy_locked(reason)
+            self.metrics.set("wt_otel_segment_fsync_stalled", 1)
+        return reason
 
     def pin(self, pos: int) -> None:
         with self._pins_lock:
@@ -372,7 +399,7 @@ class SegmentLog:
     def probe(self) -> None:
         """While appends fail (a full disk, EIO): write and fsync a small file beside the segments; once that
         works the log is healthy again and serve accepts exports (serve calls it every tick)."""
-        if self.failing is None:
+        if self.failing is None or self._stalled:  # a stall clears when its fsync returns: a probe would hang too
             return
         path = self.dir / ".probe"
         try:
@@ -429,6 +456,7 @@ class SegmentLog:
             self._dirty.clear()
             entries, self._pending = self._pending, 0
             results: list[OSError | None] = []
+            self._fsync_since = started = time.monotonic()
             self._lock.release()
             try:
                 for seg, _size, _epoch in batch:
@@ -439,7 +467,12 @@ class SegmentLog:
                         results.append(e)
             finally:
                 self._lock.acquire()
+                self._fsync_since = None
             self._last_sync = time.monotonic()
+            stalled, self._stalled = self._stalled, False
+            if stalled:  # the stalled fsync returned: healthy again, unless it failed (marked just below)
+                self.failing = None
+                self.metrics.set("wt_otel_segment_fsync_stalled", 0)
             for (seg, size, epoch), err in zip(batch, results, strict=True):
                 if seg.closed or seg.epoch != epoch:
                     continue  # rotation synced it, or a failed write cut it: nothing to record
@@ -451,6 +484,11 @@ class SegmentLog:
             if batch:
                 self.metrics.inc("wt_otel_segment_commit_batches_total")
                 self.metrics.inc("wt_otel_segment_commit_entries_total", entries)
+            if stalled and self.failing is None:
+                log.warning("the stalled segment fsync returned after %.1fs: accepting exports again",
+                            self._last_sync - started)
+                if self.on_health is not None:
+                    self.on_health(None)
         finally:
             self._committing = False
             self._cond.notify_all()
@@ -532,8 +570,15 @@ class SegmentLog:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            deadline = time.monotonic() + self.stall_timeout
             while self._committing:  # a waiter's commit: let it finish before the files close under it
-                self._cond.wait(10)
+                left = deadline - time.monotonic()
+                if left <= 0:  # its fsync hangs: closing the files under it, or a checkpoint's fsync, would too
+                    log.error("segment log: an fsync has not returned for %gs; closing without a checkpoint "
+                              "(the next start replays from the last one; nothing acknowledged is lost)",
+                              self.stall_timeout)
+                    return
+                self._cond.wait(left)
         with self._lock:
             for seg in self._open.values():
                 self._sync_locked(seg)

@@ -430,7 +430,8 @@ class Server:
         assert assert_queue is not None and self.stages is not None
         segments = self.segments = SegmentLog(
             self.config.data_dir, commit_interval=dur.commit_interval, segment_bytes=dur.segment_bytes,
-            segment_max_age=dur.segment_max_age, max_bytes=dur.max_bytes, metrics=self.metrics)
+            segment_max_age=dur.segment_max_age, max_bytes=dur.max_bytes, metrics=self.metrics,
+            stall_timeout=dur.fsync_stall_timeout)
         self.recovery += segments.recovery
         queue, assembler, store = assert_queue, self.stages.assembler, self.store
         queue.on_consumed = segments.release

@@ -402,3 +402,109 @@ def test_a_hung_fsync_holds_the_export_that_runs_it_and_the_others_are_refused_i
     finally:
         go.set()
         log.close()
+
+
+class _StuckDisk:
+    """An fsync that blocks until `go` is set (a dead network disk), counting its calls."""
+
+    def __init__(self, real) -> None:  # noqa: ANN001
+        self.real, self.calls = real, 0
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        self.entered.set()
+        self.go.wait(30)
+        self.real(fd)
+
+
+def test_a_stalled_fsync_refuses_new_appends_at_once_and_clears_when_it_returns(tmp_path: Path) -> None:
+    """Past `stall_timeout`, an fsync that has not returned makes the log unhealthy: appends are refused before
+    they are written, waiters give up with the reason (never acknowledged) instead of their 30 s, and the tick's
+    probe does not fsync (it would hang too). When the fsync returns, the log is healthy again by itself."""
+    log = SegmentLog(tmp_path, commit_interval=0, stall_timeout=0.2)
+    health: list[str | None] = []
+    log.on_health = health.append
+    disk = log.fsync = _StuckDisk(log.fsync)
+    try:
+        first = log.append("traces", b"\x0a\x00")
+        leader = threading.Thread(target=log.wait, args=(first,))
+        leader.start()
+        assert disk.entered.wait(5)
+        second = log.append("traces", b"\x0a\x00")  # within the stall timeout: appended, waits for a commit
+        with pytest.raises(SegmentUnavailable, match="has not returned for 0.2s"):
+            log.wait(second, timeout=30)  # gives up at the stall, not at its own timeout
+        log.release(second.pos)
+        with pytest.raises(SegmentUnavailable, match="stalled disk"):
+            log.append("traces", b"\x0a\x00")
+        assert log.metrics.get("wt_otel_segment_refusals_total", reason="fsync_stalled") == 1
+        assert log.metrics.get("wt_otel_segment_fsync_stalled") == 1
+        assert len(health) == 1 and "has not returned" in str(health[0])
+        log.probe()
+        assert disk.calls == 1  # the probe left the stalled disk alone
+
+        disk.go.set()
+        leader.join(10)
+        assert not leader.is_alive() and first.segment.committed >= first.end  # the leader's request is durable
+        assert health[-1] is None and log.failing is None and log.metrics.get("wt_otel_segment_fsync_stalled") == 0
+        log.wait(log.append("traces", b"\x0a\x00"))
+    finally:
+        disk.go.set()
+        log.close()
+
+
+def test_a_stalled_fsync_at_a_failed_return_leaves_the_log_unhealthy(tmp_path: Path) -> None:
+    """A stalled fsync that returns an error is a failed write, not a recovery: the log stays unhealthy."""
+    log = SegmentLog(tmp_path, commit_interval=0, stall_timeout=0.1)
+    health: list[str | None] = []
+    log.on_health = health.append
+    entered, go = threading.Event(), threading.Event()
+
+    def stuck_then_eio(fd: int) -> None:
+        entered.set()
+        go.wait(30)
+        raise OSError(errno.EIO, "Input/output error")
+
+    log.fsync = stuck_then_eio
+    try:
+        first = log.append("traces", b"\x0a\x00")
+        errors: list[BaseException] = []
+        leader = threading.Thread(target=lambda: _catch(errors, log.wait, first))
+        leader.start()
+        assert entered.wait(5)
+        wait_for(lambda: log._stall_locked() is not None)  # noqa: SLF001 - read as an append would
+        go.set()
+        leader.join(10)
+        assert len(errors) == 1 and isinstance(errors[0], SegmentUnavailable)
+        assert log.failing is not None and "Input/output error" in log.failing and health[-1] is not None
+    finally:
+        go.set()
+        log.fsync = __import__("os").fsync
+        log.close()
+
+
+def _catch(errors: list[BaseException], fn, *args) -> None:  # noqa: ANN001
+    try:
+        fn(*args)
+    except BaseException as e:  # noqa: BLE001 - handed to the test
+        errors.append(e)
+
+
+def test_close_does_not_hang_on_a_stalled_fsync(tmp_path: Path) -> None:
+    """SIGTERM with a dead disk: close gives up on the stalled commit after `stall_timeout` without closing the
+    file under it or writing a checkpoint (whose fsync would hang too); the next start replays from the last."""
+    log = SegmentLog(tmp_path, commit_interval=0, stall_timeout=0.1)
+    disk = log.fsync = _StuckDisk(log.fsync)
+    first = log.append("traces", b"\x0a\x00")
+    leader = threading.Thread(target=log.wait, args=(first,))
+    leader.start()
+    try:
+        assert disk.entered.wait(5)
+        closer = threading.Thread(target=log.close)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive() and disk.calls == 1
+        assert not (tmp_path / SEGMENTS / CHECKPOINT).exists()
+    finally:
+        disk.go.set()
+        leader.join(10)
