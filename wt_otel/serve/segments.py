@@ -268,7 +268,9 @@ class SegmentLog:
                 raise SegmentFull(f"the segment log holds {pinned} bytes past its checkpoint, its cap is "
                                   f"{self.max_bytes} (durability.max_bytes): open sessions pin it")
             seg = self._open.get(sig)
-            if seg is not None and seg.size and seg.size + size > self.segment_bytes:
+            if seg is not None and seg.size and seg.size + size > self.segment_bytes and self._fsync_since is None:
+                # (not while a commit fsyncs: rotating fsyncs under the lock, and a slow disk would hold every
+                # receiver here; the file grows a little past `segment_bytes` instead, and rotates next time)
                 self._rotate_locked()
                 seg = None
             if seg is None:
@@ -499,6 +501,8 @@ class SegmentLog:
         """Record the lowest position still needed (`needed`: the assembler's and the store's, or None),
         delete the generations below it, and start a new generation if the open one is old. Per tick."""
         with self._lock:
+            if self._stall_locked() is not None:  # rotating (fsync), writing or deleting would hang this thread too
+                return self._checkpoint.position
             floor = position(self._generation, 0, self._open[0].size if 0 in self._open else 0)
             candidates = [floor, *self._pinned()]
             if needed is not None and needed >= 0:
