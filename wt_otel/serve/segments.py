@@ -320,12 +320,12 @@ class SegmentLog:
 
     def _stall_locked(self) -> str | None:
         """Why appends are refused when a group commit's fsync has not returned for `stall_timeout` (the log is
-        then unhealthy until it does); None while it has not."""
+        then unhealthy until it does); None while it has not. Appends, waiters and the tick's checkpoint ask, so
+        a stall is found within a tick even with no traffic."""
         since = self._fsync_since
         if since is None or time.monotonic() - since <= self.stall_timeout:
             return None
-        reason = (f"an fsync of the segment log has not returned for {self.stall_timeout:g}s (a stalled disk?): "
-                  "refusing exports until it does")
+        reason = f"an fsync of the segment log has not returned for {self.stall_timeout:g}s (a stalled disk?)"
         if self.failing is None:
             self._stalled = True
             self._unhealthy_locked(reason)

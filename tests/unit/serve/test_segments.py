@@ -408,11 +408,12 @@ class _StuckDisk:
     """An fsync that blocks until `go` is set (a dead network disk), counting its calls."""
 
     def __init__(self, real) -> None:  # noqa: ANN001
-        self.real, self.calls = real, 0
+        self.real, self.calls, self.since = real, 0, 0.0
         self.entered, self.go = threading.Event(), threading.Event()
 
     def __call__(self, fd: int) -> None:
         self.calls += 1
+        self.since = time.monotonic()
         self.entered.set()
         self.go.wait(30)
         self.real(fd)
@@ -510,3 +511,33 @@ def test_close_does_not_hang_on_a_stalled_fsync(tmp_path: Path) -> None:
     finally:
         disk.go.set()
         leader.join(10)
+
+
+def test_serve_with_a_stalled_disk_answers_503_at_once_and_recovers_without_losing_the_stalled_request(
+        tmp_path: Path) -> None:
+    """End to end over OTLP/HTTP: the export whose commit stalls waits; the next ones are refused with retry
+    info and /healthz says degraded, within the stall timeout rather than 30 s each; once the fsync returns,
+    the stalled export is acknowledged and written, and new ones are accepted again."""
+    server = Server(config(tmp_path, idle=0.2, commit_interval=0, fsync_stall_timeout=0.3), quiet=True).start()
+    disk = server.segments.fsync = _StuckDisk(server.segments.fsync)
+    try:
+        results: list[int] = []
+        stalled = threading.Thread(target=lambda: results.append(post(server, session(1))[0]))
+        stalled.start()
+        assert disk.entered.wait(5)
+        time.sleep(max(0.0, disk.since + 0.35 - time.monotonic()))  # past the stall timeout
+        status, headers = post(server, session(2))  # the tick's checkpoint or this append finds the stall
+        assert status == 503 and headers.get("Retry-After")
+        assert server.metrics.get("wt_otel_segment_fsync_stalled") == 1
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(f"{server.http_url}/healthz", timeout=10)
+        assert health.value.code == 503
+        disk.go.set()
+        stalled.join(10)
+        assert results == [200]
+        wait_for(lambda: post(server, session(3))[0] == 200)
+        wait_for(lambda: set(written(tmp_path)) == {tid(1), tid(3)})
+        assert server.metrics.get("wt_otel_segment_fsync_stalled") == 0
+    finally:
+        disk.go.set()
+        server.stop()
