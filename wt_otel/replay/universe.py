@@ -23,7 +23,8 @@ keyed matching cost O(1) in the number of recordings; only a miss under
 recorded hit on a stateless tool) is lean (issue 15): one bytes key per call
 (`canonical_bytes`), none when the call's argument count or names match no
 recording, a plain str lookup for a tool keyed on one argument, prebuilt
-answers, and a call log appended without a lock. Everything else takes the
+answers, and a call log appended without a lock and without copying the
+arguments (their names and values go into the log's slots). Everything else takes the
 lock and the same steps. tests/support/universe_reference.py keeps the engine
 this replaced; the equivalence tests hold the two to identical answers,
 divergence evidence and call logs.
@@ -55,7 +56,7 @@ SynthesizeHook = Callable[[str, dict[str, Any], Universe], Any]
 """The `synthesize` policy's generator: `(tool_name, args, universe) -> result`."""
 
 NO_RECORDED_RESULT = "no_recorded_result"
-_STRIDE = 5  # call-log slots per call
+_HEAD = 5  # call-log slots per call before its argument names and values
 
 
 @dataclass(slots=True, frozen=True)
@@ -224,10 +225,11 @@ class RecordedUniverse:
         self.on_call = on_call
         self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
-        # the call log, flat: _STRIDE slots per call (tool, args, answer, time_ns, perturbation dict or None),
-        # each call's slots added by one atomic `extend`. `answer` is an int for a recorded hit (the recording's
-        # index, ~index for keyed): no object per call but the args copy, which keeps the cyclic GC's work low
-        # (a log of 200k calls with an object per call spent ~40% of the lookup time in the GC).
+        # the call log, flat: per call _HEAD slots (tool, answer, time_ns, perturbation dict or None, n), then the
+        # n argument names and the n values as called, all added by one atomic `extend`. `answer` is an int for a
+        # recorded hit (the recording's index, ~index for keyed). No object per call outlives the call: an args
+        # copy per call (a GC-tracked dict when a value is a container) had the cyclic GC traverse the whole log
+        # again and again, and the names and values in the slots are as safe from the caller's later changes.
         self._log: list[Any] = []
         self._consumed: set[int] = set()
         self._index: dict[str, _ToolIndex] = {
@@ -277,7 +279,7 @@ class RecordedUniverse:
         OpenAI wire shape) is decoded first, since lookup keys must be canonical
         whichever shape the traffic arrived in.
         """
-        flat = args.copy() if type(args) is dict else _flat_args(args)
+        flat = args if type(args) is dict else _flat_args(args)  # the caller's dict: read, never kept
         idx = self._index.get(tool)
         if idx is None or idx.sequence or self.perturbation is not None:
             return self._locked_call(tool, flat)
@@ -305,25 +307,29 @@ class RecordedUniverse:
                 return self._locked_call(tool, flat)
             code = ~hits[0]
             answer = self._keyed[hits[0]]
-        item = (tool, flat, code, time_ns(), None)  # `epoch_ms`'s clock, divided when the log is read
-        self._log.extend(item)
+        ns = time_ns()  # `epoch_ms`'s clock, divided when the log is read
+        self._log.extend((tool, code, ns, None, len(flat), *flat, *flat.values()))
         if self.on_call is not None:
-            self.on_call(self._entry(*item))
+            self.on_call(self._entry(tool, flat.copy(), code, ns, None))
         return answer
 
     def _locked_call(self, tool: str, flat: dict[str, Any]) -> Answer:
-        """Everything but a stateless recorded hit: sequence tools, misses, perturbed runs."""
+        """Everything but a stateless recorded hit: sequence tools, misses, perturbed runs.
+
+        Works on its own copy of the args: a `fail_call` answer carries them, and the caller may change its dict.
+        """
+        flat = flat.copy()
         with self._lock:
             answer = self._answer(tool, flat)
             perturbed = self._perturbed(tool, answer)
             extra = self.perturbation.to_dict() if perturbed is not None and self.perturbation is not None else None
             answer = perturbed or answer
-            item = (tool, flat, answer, time_ns(), extra)
-            self._log.extend(item)
+            ns = time_ns()
+            self._log.extend((tool, answer, ns, extra, len(flat), *flat, *flat.values()))
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
-            self.on_call(self._entry(*item))
+            self.on_call(self._entry(tool, flat, answer, ns, extra))
         return answer
 
     def is_recorded(self, answer: Answer) -> bool:
@@ -424,7 +430,7 @@ class RecordedUniverse:
 
     def _entry(self, tool: str, args: dict[str, Any], code: Answer | int, ns: int,
                perturbation: dict[str, Any] | None) -> dict[str, Any]:
-        """One call's log slots as the documented entry dict."""
+        """One call as the documented entry dict."""
         answer = code if isinstance(code, Answer) else self._exact[code] if code >= 0 else self._keyed[~code]
         entry: dict[str, Any] = {
             "tool_name": tool,
@@ -448,7 +454,16 @@ class RecordedUniverse:
         """Every call of this run, in order: recording-shaped plus `match`, `recording`, `is_error`,
         `timestamp_ms`, `extra.divergence` on a miss (and `error` when the agent was answered with an error)."""
         slots = list(self._log)  # one atomic copy; every call's slots were added by one atomic extend
-        return [self._entry(*slots[i:i + _STRIDE]) for i in range(0, len(slots), _STRIDE)]
+        entries = []
+        i, end = 0, len(slots)
+        while i < end:
+            tool, code, ns, perturbation, n = slots[i:i + _HEAD]
+            names = i + _HEAD
+            values = names + n
+            args = dict(zip(slots[names:values], slots[values:values + n], strict=True))
+            entries.append(self._entry(tool, args, code, ns, perturbation))
+            i = values + n
+        return entries
 
     def reset(self) -> None:
         """Start a new run: clear the call log and rewind every sequence tool."""
