@@ -126,10 +126,13 @@ class _ToolIndex:
       exactly when they are equal (both encoders are decodable), so this answers as `keyed` does; it is
       off (None) when some recording's non-str value canonicalizes to a JSON string (an object serialized
       through `default=str`), which the str table could not see.
+
+    `exact_hit` and `str_hit` are `exact` and `by_str` with each key's first recording resolved to its prebuilt
+    answer (`RecordedUniverse` fills them): what a stateless tool answers, in one dict lookup.
     """
 
     __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "sizes", "names", "single", "by_str",
-                 "order", "pairs")
+                 "order", "pairs", "exact_hit", "str_hit")
 
     def __init__(self, tool: UniverseTool | None, arg_keys: list[str] | None) -> None:
         self.tool = tool
@@ -143,6 +146,8 @@ class _ToolIndex:
         self.by_str: dict[str, list[int]] | None = {} if self.single is not None else None
         self.order: list[int] = []  # every recording of this tool, for `nearest`
         self.pairs: dict[int, frozenset[tuple[str, str]]] = {}
+        self.exact_hit: dict[bytes, Answer] = {}
+        self.str_hit: dict[str, Answer] | None = None
 
     def add(self, index: int, args: dict[str, Any]) -> None:
         self.order.append(index)
@@ -226,11 +231,12 @@ class RecordedUniverse:
         self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
         # the call log, flat: per call _HEAD slots (tool, answer, time_ns, perturbation dict or None, n), then the
-        # n argument names and the n values as called, all added by one atomic `extend`. `answer` is an int for a
-        # recorded hit (the recording's index, ~index for keyed). No object per call outlives the call: an args
+        # n argument names and the n values as called, all added by one atomic `extend`. `answer` is the Answer
+        # (for a recorded hit, the shared prebuilt one). No object per call outlives the call: an args
         # copy per call (a GC-tracked dict when a value is a container) had the cyclic GC traverse the whole log
         # again and again, and the names and values in the slots are as safe from the caller's later changes.
         self._log: list[Any] = []
+        self._log_extend = self._log.extend  # `reset()` clears the list in place: the bound method stays valid
         self._consumed: set[int] = set()
         self._index: dict[str, _ToolIndex] = {
             t.name: _ToolIndex(t, universe.matching.arg_keys.get(t.name)) for t in universe.tools
@@ -247,6 +253,12 @@ class RecordedUniverse:
             self._exact.append(Answer(result, is_error, "exact", i))
             self._keyed.append(Answer(result, is_error, "keyed", i))
             self._errors.append(rec.error)
+        for idx in self._index.values():
+            idx.exact_hit = {key: self._exact[hits[0]] for key, hits in idx.exact.items()}
+            if idx.by_str is not None:
+                idx.str_hit = {value: self._keyed[hits[0]] for value, hits in idx.by_str.items()}
+        # the tools the lock-free path may answer: sequence tools consume recordings, under the lock
+        self._stateless = {name: idx for name, idx in self._index.items() if not idx.sequence}
 
     @classmethod
     def from_file(cls, path: str, **kwargs: Any) -> RecordedUniverse:
@@ -280,12 +292,12 @@ class RecordedUniverse:
         whichever shape the traffic arrived in.
         """
         flat = args if type(args) is dict else _flat_args(args)  # the caller's dict: read, never kept
-        idx = self._index.get(tool)
-        if idx is None or idx.sequence or self.perturbation is not None:
+        idx = self._stateless.get(tool)
+        if idx is None or self.perturbation is not None:
             return self._locked_call(tool, flat)
         # The lock-free path, a recorded hit on a stateless tool: `exact_candidates` and `keyed_candidates`
         # inlined (this is the hot path; the equivalence test holds both copies to the locked path's answers).
-        hits = None
+        answer = None
         if len(flat) in idx.sizes:
             names = idx.names
             if names is None or frozenset(flat) in names or not all(isinstance(k, str) for k in flat):
@@ -293,24 +305,19 @@ class RecordedUniverse:
                     key = dumps(flat, option=OPT_SORT_KEYS, default=str)
                 except TypeError:  # orjson.JSONEncodeError is one
                     key = canonical_bytes(flat)
-                hits = idx.exact.get(key)
-        if hits:
-            code = hits[0]
-            answer = self._exact[code]
-        else:
-            single, by_str = idx.single, idx.by_str
-            if single is not None and by_str is not None and type(value := flat.get(single)) is str:
-                hits = by_str.get(value)
-            else:
-                hits = idx.keyed_candidates(flat)
-            if not hits:
+                answer = idx.exact_hit.get(key)
+        if answer is None:
+            single, str_hit = idx.single, idx.str_hit
+            if single is not None and str_hit is not None and type(value := flat.get(single)) is str:
+                answer = str_hit.get(value)
+            elif hits := idx.keyed_candidates(flat):
+                answer = self._keyed[hits[0]]
+            if answer is None:
                 return self._locked_call(tool, flat)
-            code = ~hits[0]
-            answer = self._keyed[hits[0]]
         ns = time_ns()  # `epoch_ms`'s clock, divided when the log is read
-        self._log.extend((tool, code, ns, None, len(flat), *flat, *flat.values()))
+        self._log_extend((tool, answer, ns, None, len(flat), *flat, *flat.values()))
         if self.on_call is not None:
-            self.on_call(self._entry(tool, flat.copy(), code, ns, None))
+            self.on_call(self._entry(tool, flat.copy(), answer, ns, None))
         return answer
 
     def _locked_call(self, tool: str, flat: dict[str, Any]) -> Answer:
@@ -325,7 +332,7 @@ class RecordedUniverse:
             extra = self.perturbation.to_dict() if perturbed is not None and self.perturbation is not None else None
             answer = perturbed or answer
             ns = time_ns()
-            self._log.extend((tool, answer, ns, extra, len(flat), *flat, *flat.values()))
+            self._log_extend((tool, answer, ns, extra, len(flat), *flat, *flat.values()))
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
@@ -428,10 +435,9 @@ class RecordedUniverse:
 
     # ------------------------------------------------------------ the log
 
-    def _entry(self, tool: str, args: dict[str, Any], code: Answer | int, ns: int,
+    def _entry(self, tool: str, args: dict[str, Any], answer: Answer, ns: int,
                perturbation: dict[str, Any] | None) -> dict[str, Any]:
         """One call as the documented entry dict."""
-        answer = code if isinstance(code, Answer) else self._exact[code] if code >= 0 else self._keyed[~code]
         entry: dict[str, Any] = {
             "tool_name": tool,
             "args": args,
@@ -457,11 +463,11 @@ class RecordedUniverse:
         entries = []
         i, end = 0, len(slots)
         while i < end:
-            tool, code, ns, perturbation, n = slots[i:i + _HEAD]
+            tool, answer, ns, perturbation, n = slots[i:i + _HEAD]
             names = i + _HEAD
             values = names + n
             args = dict(zip(slots[names:values], slots[values:values + n], strict=True))
-            entries.append(self._entry(tool, args, code, ns, perturbation))
+            entries.append(self._entry(tool, args, answer, ns, perturbation))
             i = values + n
         return entries
 
