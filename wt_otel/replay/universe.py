@@ -117,10 +117,12 @@ class _ToolIndex:
 
     Besides the two canonical tables (`exact`, `keyed`), two shortcuts that never change an answer:
 
-    - `sizes` / `names`: the argument counts and name sets of the tool's recordings. A call whose count or
-      names match no recording cannot be an exact hit (canonical JSON keeps every key), so its full
-      canonical key is never built. `names` is None when a recording has a non-str key (then only the count
-      is trusted); a call with a non-str key always builds the key.
+    - `shapes`: for each argument count of the tool's recordings, every name those recordings use. A call
+      whose count is not there, or with a name outside that set, matches no recording exactly (canonical
+      JSON keeps every key), so its full canonical key is never built. The test is one dict lookup and a
+      set containment over the call's names, no set built per call; a looser filter than "the same name set
+      as some recording" only builds a key that then misses. `odd_keys`: a recording has a non-str key (then
+      only the count is trusted); a call with a non-str key always builds the key.
     - `by_str`: for a tool keyed on one argument, recordings whose value there is a `str`, by that str. A
       str call value is then one dict lookup, no JSON at all. Two strs have equal canonical projections
       exactly when they are equal (both encoders are decodable), so this answers as `keyed` does; it is
@@ -131,7 +133,7 @@ class _ToolIndex:
     answer (`RecordedUniverse` fills them): what a stateless tool answers, in one dict lookup.
     """
 
-    __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "sizes", "names", "single", "by_str",
+    __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "shapes", "odd_keys", "single", "by_str",
                  "order", "pairs", "exact_hit", "str_hit")
 
     def __init__(self, tool: UniverseTool | None, arg_keys: list[str] | None) -> None:
@@ -140,8 +142,8 @@ class _ToolIndex:
         self.sequence = tool is not None and tool.mode == "sequence"
         self.exact: dict[bytes, list[int]] = {}
         self.keyed: dict[bytes, list[int]] = {}
-        self.sizes: set[int] = set()
-        self.names: set[frozenset[Any]] | None = set()
+        self.shapes: dict[int, frozenset[str]] = {}
+        self.odd_keys = False
         self.single: str | None = self.arg_keys[0] if len(self.arg_keys) == 1 else None
         self.by_str: dict[str, list[int]] | None = {} if self.single is not None else None
         self.order: list[int] = []  # every recording of this tool, for `nearest`
@@ -152,12 +154,8 @@ class _ToolIndex:
     def add(self, index: int, args: dict[str, Any]) -> None:
         self.order.append(index)
         self.exact.setdefault(canonical_bytes(args), []).append(index)
-        self.sizes.add(len(args))
-        if self.names is not None:
-            if all(type(k) is str for k in args):
-                self.names.add(frozenset(args))
-            else:
-                self.names = None
+        self.shapes[len(args)] = self.shapes.get(len(args), frozenset()).union(k for k in args if type(k) is str)
+        self.odd_keys = self.odd_keys or any(type(k) is not str for k in args)
         key = self.keyed_key(args)
         if key is None:
             return
@@ -182,10 +180,9 @@ class _ToolIndex:
 
     def exact_candidates(self, args: dict[str, Any]) -> list[int] | None:
         """Recordings canonically equal to the call, in recording order (None: the key was not even built)."""
-        if len(args) not in self.sizes:
-            return None
-        names = self.names
-        if names is None or frozenset(args) in names or not all(isinstance(k, str) for k in args):
+        names = self.shapes.get(len(args))
+        if names is not None and (names.issuperset(args) or self.odd_keys
+                                  or not all(isinstance(k, str) for k in args)):
             return self.exact.get(canonical_bytes(args))
         return None
 
@@ -298,14 +295,14 @@ class RecordedUniverse:
         # The lock-free path, a recorded hit on a stateless tool: `exact_candidates` and `keyed_candidates`
         # inlined (this is the hot path; the equivalence test holds both copies to the locked path's answers).
         answer = None
-        if len(flat) in idx.sizes:
-            names = idx.names
-            if names is None or frozenset(flat) in names or not all(isinstance(k, str) for k in flat):
-                try:  # canonical_bytes, inlined
-                    key = dumps(flat, option=OPT_SORT_KEYS, default=str)
-                except TypeError:  # orjson.JSONEncodeError is one
-                    key = canonical_bytes(flat)
-                answer = idx.exact_hit.get(key)
+        names = idx.shapes.get(len(flat))
+        if names is not None and (names.issuperset(flat) or idx.odd_keys
+                                  or not all(isinstance(k, str) for k in flat)):
+            try:  # canonical_bytes, inlined
+                key = dumps(flat, option=OPT_SORT_KEYS, default=str)
+            except TypeError:  # orjson.JSONEncodeError is one
+                key = canonical_bytes(flat)
+            answer = idx.exact_hit.get(key)
         if answer is None:
             single, str_hit = idx.single, idx.str_hit
             if single is not None and str_hit is not None and type(value := flat.get(single)) is str:
