@@ -312,7 +312,12 @@ class RecordedUniverse:
             if answer is None:
                 return self._locked_call(tool, flat)
         ns = time_ns()  # `epoch_ms`'s clock, divided when the log is read
-        self._log_extend((tool, answer, ns, None, len(flat), *flat, *flat.values()))
+        n = len(flat)
+        slots = [tool, answer, ns, None, n, *flat, *flat.values()]  # a list: extended from without a tuple copy
+        if len(slots) != _HEAD + 2 * n:  # another thread changed the caller's dict meanwhile: log a snapshot
+            flat = flat.copy()
+            slots = [tool, answer, ns, None, len(flat), *flat, *flat.values()]
+        self._log_extend(slots)
         if self.on_call is not None:
             self.on_call(self._entry(tool, flat.copy(), answer, ns, None))
         return answer
@@ -329,7 +334,7 @@ class RecordedUniverse:
             extra = self.perturbation.to_dict() if perturbed is not None and self.perturbation is not None else None
             answer = perturbed or answer
             ns = time_ns()
-            self._log_extend((tool, answer, ns, extra, len(flat), *flat, *flat.values()))
+            self._log_extend([tool, answer, ns, extra, len(flat), *flat, *flat.values()])
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,29 @@ def test_the_log_keeps_the_args_as_called_whatever_the_caller_does_next(matching
         c for c, a in zip(as_called, answers, strict=True) if a.match == "fail_call"]
     calls[0].clear()
     assert [repr(e) for e in u.call_log()] == before
+
+
+def test_a_dict_changed_mid_call_by_another_thread_leaves_the_log_whole() -> None:
+    """The lock-free path reads the caller's dict twice (its names, then its values). A profile hook changes the
+    dict in between, as another thread could: the entry is then a snapshot of the dict, and the log stays whole."""
+    u = make(LOOKUP)
+    args = {"region": "eu", "query": "Bluewing"}
+    meddled: list[str] = []
+
+    def meddle(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and getattr(arg, "__name__", "") == "values" and getattr(arg, "__self__", None) is args:
+            meddled.append("late")
+            args["late"] = 1
+
+    sys.setprofile(meddle)
+    try:
+        answer = u.call("lookup", args)
+    finally:
+        sys.setprofile(None)
+    u.call("lookup", {"query": "Acme", "region": "us"})
+    assert meddled == ["late"] and answer.match == "exact"
+    assert [e["args"] for e in u.call_log()] == [{"region": "eu", "query": "Bluewing", "late": 1},
+                                                 {"query": "Acme", "region": "us"}]
 
 
 def test_concurrent_calls_lose_no_log_entry_and_consume_each_recording_once() -> None:
