@@ -23,9 +23,9 @@ keyed matching cost O(1) in the number of recordings; only a miss under
 recorded hit on a stateless tool) is lean (issue 15): one bytes key per call
 (`canonical_bytes`), none when the call's argument count or names match no
 recording, a plain str lookup for a tool keyed on one argument, prebuilt
-answers, and a call log appended without a lock and without copying the
-arguments (their names and values go into the log's slots). Everything else takes the
-lock and the same steps. tests/support/universe_reference.py keeps the engine
+answers, and a call log appended without a lock and without keeping a copy of
+the arguments (their names and values go into the log's slots). Everything
+else takes the lock and the same steps. tests/support/universe_reference.py keeps the engine
 this replaced; the equivalence tests hold the two to identical answers,
 divergence evidence and call logs.
 
@@ -210,7 +210,7 @@ class RecordedUniverse:
 
     Thread-safe: an MCP server answers on its event loop while a runner reads
     the log from another thread. A recorded hit on a stateless tool takes no
-    lock: its answer is prebuilt and its log entry is one tuple of slots
+    lock: its answer is prebuilt and its log entry is one run of slots
     added to a list by one `extend` (atomic). Sequence tools, misses (a
     `synthesize` hook runs one call at a time, as before) and perturbed runs
     take the lock. `call_log()` and `on_call` see the documented dicts.
@@ -229,9 +229,9 @@ class RecordedUniverse:
         self._lock = threading.Lock()
         # the call log, flat: per call _HEAD slots (tool, answer, time_ns, perturbation dict or None, n), then the
         # n argument names and the n values as called, all added by one atomic `extend`. `answer` is the Answer
-        # (for a recorded hit, the shared prebuilt one). No object per call outlives the call: an args
-        # copy per call (a GC-tracked dict when a value is a container) had the cyclic GC traverse the whole log
-        # again and again, and the names and values in the slots are as safe from the caller's later changes.
+        # (for a recorded hit, the shared prebuilt one). No object made per call outlives the call: a kept args
+        # copy (a GC-tracked dict when a value is a container) had the cyclic GC traverse the whole log again and
+        # again, and names and values in the slots are as safe from the caller's later changes to its dict.
         self._log: list[Any] = []
         self._log_extend = self._log.extend  # `reset()` clears the list in place: the bound method stays valid
         self._consumed: set[int] = set()
