@@ -23,8 +23,9 @@ keyed matching cost O(1) in the number of recordings; only a miss under
 recorded hit on a stateless tool) is lean (issue 15): one bytes key per call
 (`canonical_bytes`), none when the call's argument count or names match no
 recording, a plain str lookup for a tool keyed on one argument, prebuilt
-answers, and a call log appended without a lock. Everything else takes the
-lock and the same steps. tests/support/universe_reference.py keeps the engine
+answers, and a call log appended without a lock and without keeping a copy of
+the arguments (their names and values go into the log's slots). Everything
+else takes the lock and the same steps. tests/support/universe_reference.py keeps the engine
 this replaced; the equivalence tests hold the two to identical answers,
 divergence evidence and call logs.
 
@@ -55,7 +56,7 @@ SynthesizeHook = Callable[[str, dict[str, Any], Universe], Any]
 """The `synthesize` policy's generator: `(tool_name, args, universe) -> result`."""
 
 NO_RECORDED_RESULT = "no_recorded_result"
-_STRIDE = 5  # call-log slots per call
+_HEAD = 5  # call-log slots per call before its argument names and values
 
 
 @dataclass(slots=True, frozen=True)
@@ -116,19 +117,24 @@ class _ToolIndex:
 
     Besides the two canonical tables (`exact`, `keyed`), two shortcuts that never change an answer:
 
-    - `sizes` / `names`: the argument counts and name sets of the tool's recordings. A call whose count or
-      names match no recording cannot be an exact hit (canonical JSON keeps every key), so its full
-      canonical key is never built. `names` is None when a recording has a non-str key (then only the count
-      is trusted); a call with a non-str key always builds the key.
+    - `shapes`: for each argument count of the tool's recordings, every name those recordings use. A call
+      whose count is not there, or with a name outside that set, matches no recording exactly (canonical
+      JSON keeps every key), so its full canonical key is never built. The test is one dict lookup and a
+      set containment over the call's names, no set built per call; a looser filter than "the same name set
+      as some recording" only builds a key that then misses. `odd_keys`: a recording has a non-str key (then
+      only the count is trusted); a call with a non-str key always builds the key.
     - `by_str`: for a tool keyed on one argument, recordings whose value there is a `str`, by that str. A
       str call value is then one dict lookup, no JSON at all. Two strs have equal canonical projections
       exactly when they are equal (both encoders are decodable), so this answers as `keyed` does; it is
       off (None) when some recording's non-str value canonicalizes to a JSON string (an object serialized
       through `default=str`), which the str table could not see.
+
+    `exact_hit` and `str_hit` are `exact` and `by_str` with each key's first recording resolved to its prebuilt
+    answer (`RecordedUniverse` fills them): what a stateless tool answers, in one dict lookup.
     """
 
-    __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "sizes", "names", "single", "by_str",
-                 "order", "pairs")
+    __slots__ = ("tool", "arg_keys", "sequence", "exact", "keyed", "shapes", "odd_keys", "single", "by_str",
+                 "order", "pairs", "exact_hit", "str_hit")
 
     def __init__(self, tool: UniverseTool | None, arg_keys: list[str] | None) -> None:
         self.tool = tool
@@ -136,22 +142,20 @@ class _ToolIndex:
         self.sequence = tool is not None and tool.mode == "sequence"
         self.exact: dict[bytes, list[int]] = {}
         self.keyed: dict[bytes, list[int]] = {}
-        self.sizes: set[int] = set()
-        self.names: set[frozenset[Any]] | None = set()
+        self.shapes: dict[int, frozenset[str]] = {}
+        self.odd_keys = False
         self.single: str | None = self.arg_keys[0] if len(self.arg_keys) == 1 else None
         self.by_str: dict[str, list[int]] | None = {} if self.single is not None else None
         self.order: list[int] = []  # every recording of this tool, for `nearest`
         self.pairs: dict[int, frozenset[tuple[str, str]]] = {}
+        self.exact_hit: dict[bytes, Answer] = {}
+        self.str_hit: dict[str, Answer] | None = None
 
     def add(self, index: int, args: dict[str, Any]) -> None:
         self.order.append(index)
         self.exact.setdefault(canonical_bytes(args), []).append(index)
-        self.sizes.add(len(args))
-        if self.names is not None:
-            if all(type(k) is str for k in args):
-                self.names.add(frozenset(args))
-            else:
-                self.names = None
+        self.shapes[len(args)] = self.shapes.get(len(args), frozenset()).union(k for k in args if type(k) is str)
+        self.odd_keys = self.odd_keys or any(type(k) is not str for k in args)
         key = self.keyed_key(args)
         if key is None:
             return
@@ -176,10 +180,9 @@ class _ToolIndex:
 
     def exact_candidates(self, args: dict[str, Any]) -> list[int] | None:
         """Recordings canonically equal to the call, in recording order (None: the key was not even built)."""
-        if len(args) not in self.sizes:
-            return None
-        names = self.names
-        if names is None or frozenset(args) in names or not all(isinstance(k, str) for k in args):
+        names = self.shapes.get(len(args))
+        if names is not None and (names.issuperset(args) or self.odd_keys
+                                  or not all(isinstance(k, str) for k in args)):
             return self.exact.get(canonical_bytes(args))
         return None
 
@@ -207,7 +210,7 @@ class RecordedUniverse:
 
     Thread-safe: an MCP server answers on its event loop while a runner reads
     the log from another thread. A recorded hit on a stateless tool takes no
-    lock: its answer is prebuilt and its log entry is one tuple of slots
+    lock: its answer is prebuilt and its log entry is one run of slots
     added to a list by one `extend` (atomic). Sequence tools, misses (a
     `synthesize` hook runs one call at a time, as before) and perturbed runs
     take the lock. `call_log()` and `on_call` see the documented dicts.
@@ -224,11 +227,13 @@ class RecordedUniverse:
         self.on_call = on_call
         self.perturbation: Perturbation | None = None  # set for a robustness run; `reset()` keeps it
         self._lock = threading.Lock()
-        # the call log, flat: _STRIDE slots per call (tool, args, answer, time_ns, perturbation dict or None),
-        # each call's slots added by one atomic `extend`. `answer` is an int for a recorded hit (the recording's
-        # index, ~index for keyed): no object per call but the args copy, which keeps the cyclic GC's work low
-        # (a log of 200k calls with an object per call spent ~40% of the lookup time in the GC).
+        # the call log, flat: per call _HEAD slots (tool, answer, time_ns, perturbation dict or None, n), then the
+        # n argument names and the n values as called, all added by one atomic `extend`. `answer` is the Answer
+        # (for a recorded hit, the shared prebuilt one). No object made per call outlives the call: a kept args
+        # copy (a GC-tracked dict when a value is a container) had the cyclic GC traverse the whole log again and
+        # again, and names and values in the slots are as safe from the caller's later changes to its dict.
         self._log: list[Any] = []
+        self._log_extend = self._log.extend  # `reset()` clears the list in place: the bound method stays valid
         self._consumed: set[int] = set()
         self._index: dict[str, _ToolIndex] = {
             t.name: _ToolIndex(t, universe.matching.arg_keys.get(t.name)) for t in universe.tools
@@ -245,6 +250,12 @@ class RecordedUniverse:
             self._exact.append(Answer(result, is_error, "exact", i))
             self._keyed.append(Answer(result, is_error, "keyed", i))
             self._errors.append(rec.error)
+        for idx in self._index.values():
+            idx.exact_hit = {key: self._exact[hits[0]] for key, hits in idx.exact.items()}
+            if idx.by_str is not None:
+                idx.str_hit = {value: self._keyed[hits[0]] for value, hits in idx.by_str.items()}
+        # the tools the lock-free path may answer: sequence tools consume recordings, under the lock
+        self._stateless = {name: idx for name, idx in self._index.items() if not idx.sequence}
 
     @classmethod
     def from_file(cls, path: str, **kwargs: Any) -> RecordedUniverse:
@@ -277,53 +288,57 @@ class RecordedUniverse:
         OpenAI wire shape) is decoded first, since lookup keys must be canonical
         whichever shape the traffic arrived in.
         """
-        flat = args.copy() if type(args) is dict else _flat_args(args)
-        idx = self._index.get(tool)
-        if idx is None or idx.sequence or self.perturbation is not None:
+        flat = args if type(args) is dict else _flat_args(args)  # the caller's dict: read, never kept
+        idx = self._stateless.get(tool)
+        if idx is None or self.perturbation is not None:
             return self._locked_call(tool, flat)
         # The lock-free path, a recorded hit on a stateless tool: `exact_candidates` and `keyed_candidates`
         # inlined (this is the hot path; the equivalence test holds both copies to the locked path's answers).
-        hits = None
-        if len(flat) in idx.sizes:
-            names = idx.names
-            if names is None or frozenset(flat) in names or not all(isinstance(k, str) for k in flat):
-                try:  # canonical_bytes, inlined
-                    key = dumps(flat, option=OPT_SORT_KEYS, default=str)
-                except TypeError:  # orjson.JSONEncodeError is one
-                    key = canonical_bytes(flat)
-                hits = idx.exact.get(key)
-        if hits:
-            code = hits[0]
-            answer = self._exact[code]
-        else:
-            single, by_str = idx.single, idx.by_str
-            if single is not None and by_str is not None and type(value := flat.get(single)) is str:
-                hits = by_str.get(value)
-            else:
-                hits = idx.keyed_candidates(flat)
-            if not hits:
+        answer = None
+        names = idx.shapes.get(len(flat))
+        if names is not None and (names.issuperset(flat) or idx.odd_keys
+                                  or not all(isinstance(k, str) for k in flat)):
+            try:  # canonical_bytes, inlined
+                key = dumps(flat, option=OPT_SORT_KEYS, default=str)
+            except TypeError:  # orjson.JSONEncodeError is one
+                key = canonical_bytes(flat)
+            answer = idx.exact_hit.get(key)
+        if answer is None:
+            single, str_hit = idx.single, idx.str_hit
+            if single is not None and str_hit is not None and type(value := flat.get(single)) is str:
+                answer = str_hit.get(value)
+            elif hits := idx.keyed_candidates(flat):
+                answer = self._keyed[hits[0]]
+            if answer is None:
                 return self._locked_call(tool, flat)
-            code = ~hits[0]
-            answer = self._keyed[hits[0]]
-        item = (tool, flat, code, time_ns(), None)  # `epoch_ms`'s clock, divided when the log is read
-        self._log.extend(item)
+        ns = time_ns()  # `epoch_ms`'s clock, divided when the log is read
+        n = len(flat)
+        slots = [tool, answer, ns, None, n, *flat, *flat.values()]  # a list: extended from without a tuple copy
+        if len(slots) != _HEAD + 2 * n:  # another thread changed the caller's dict meanwhile: log a snapshot
+            flat = flat.copy()
+            slots = [tool, answer, ns, None, len(flat), *flat, *flat.values()]
+        self._log_extend(slots)
         if self.on_call is not None:
-            self.on_call(self._entry(*item))
+            self.on_call(self._entry(tool, flat.copy(), answer, ns, None))
         return answer
 
     def _locked_call(self, tool: str, flat: dict[str, Any]) -> Answer:
-        """Everything but a stateless recorded hit: sequence tools, misses, perturbed runs."""
+        """Everything but a stateless recorded hit: sequence tools, misses, perturbed runs.
+
+        Works on its own copy of the args: a `fail_call` answer carries them, and the caller may change its dict.
+        """
+        flat = flat.copy()
         with self._lock:
             answer = self._answer(tool, flat)
             perturbed = self._perturbed(tool, answer)
             extra = self.perturbation.to_dict() if perturbed is not None and self.perturbation is not None else None
             answer = perturbed or answer
-            item = (tool, flat, answer, time_ns(), extra)
-            self._log.extend(item)
+            ns = time_ns()
+            self._log_extend([tool, answer, ns, extra, len(flat), *flat, *flat.values()])
         if answer.divergence is not None:
             log.warning("universe_divergence: tool=%s policy=%s", tool, answer.divergence["policy"])
         if self.on_call is not None:
-            self.on_call(self._entry(*item))
+            self.on_call(self._entry(tool, flat, answer, ns, extra))
         return answer
 
     def is_recorded(self, answer: Answer) -> bool:
@@ -422,10 +437,9 @@ class RecordedUniverse:
 
     # ------------------------------------------------------------ the log
 
-    def _entry(self, tool: str, args: dict[str, Any], code: Answer | int, ns: int,
+    def _entry(self, tool: str, args: dict[str, Any], answer: Answer, ns: int,
                perturbation: dict[str, Any] | None) -> dict[str, Any]:
-        """One call's log slots as the documented entry dict."""
-        answer = code if isinstance(code, Answer) else self._exact[code] if code >= 0 else self._keyed[~code]
+        """One call as the documented entry dict."""
         entry: dict[str, Any] = {
             "tool_name": tool,
             "args": args,
@@ -448,7 +462,16 @@ class RecordedUniverse:
         """Every call of this run, in order: recording-shaped plus `match`, `recording`, `is_error`,
         `timestamp_ms`, `extra.divergence` on a miss (and `error` when the agent was answered with an error)."""
         slots = list(self._log)  # one atomic copy; every call's slots were added by one atomic extend
-        return [self._entry(*slots[i:i + _STRIDE]) for i in range(0, len(slots), _STRIDE)]
+        entries = []
+        i, end = 0, len(slots)
+        while i < end:
+            tool, answer, ns, perturbation, n = slots[i:i + _HEAD]
+            names = i + _HEAD
+            values = names + n
+            args = dict(zip(slots[names:values], slots[values:values + n], strict=True))
+            entries.append(self._entry(tool, args, answer, ns, perturbation))
+            i = values + n
+        return entries
 
     def reset(self) -> None:
         """Start a new run: clear the call log and rewind every sequence tool."""

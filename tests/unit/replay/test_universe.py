@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,59 @@ def test_call_log_shape_and_on_call() -> None:
     assert set(entry) == {"tool_name", "args", "result", "match", "recording", "is_error", "timestamp_ms"}
     assert entry["timestamp_ms"] > 1_600_000_000_000
     assert seen == [entry]
+
+
+@pytest.mark.parametrize("matching", [{}, {"on_miss": "empty"}, {"arg_keys": {"lookup": ["query"]}}])
+@pytest.mark.parametrize("mode", ["stateless", "sequence"])
+def test_the_log_keeps_the_args_as_called_whatever_the_caller_does_next(matching: dict, mode: str) -> None:
+    """The engine keeps no reference to the caller's dict: the caller changing it afterwards (a value replaced, a
+    name added or removed, the dict cleared) changes neither the log nor what `on_call` was given, on every path
+    (exact, keyed, miss; lock-free and locked)."""
+    seen: list[dict] = []
+    tools = [{"name": "lookup", "input_schema": {}, "mode": mode}]
+    u = make(LOOKUP, matching, tools=tools, on_call=seen.append)
+    calls = [{"region": "eu", "query": "Bluewing"}, {"query": "Acme", "verbose": True}, {"query": "Nobody"},
+             {"query": "Acme", "region": "us"}]
+    answers = [u.call("lookup", args) for args in calls]
+    as_called = [dict(args) for args in calls]
+    before = [repr(e) for e in u.call_log()]
+    for args in calls:
+        args["query"] = "changed"
+        args["extra"] = 1
+        del args["extra"], args["query"]
+        args["later"] = True
+    assert [repr(e) for e in u.call_log()] == before
+    assert [e["args"] for e in u.call_log()] == as_called and [list(e["args"]) for e in u.call_log()] == [
+        list(a) for a in as_called]  # the same names, in the order called
+    assert [e["args"] for e in seen] == as_called
+    # a fail_call answer carries the args: the engine's copy, not the caller's dict
+    assert [a.result["args"] for a in answers if a.match == "fail_call"] == [
+        c for c, a in zip(as_called, answers, strict=True) if a.match == "fail_call"]
+    calls[0].clear()
+    assert [repr(e) for e in u.call_log()] == before
+
+
+def test_a_dict_changed_mid_call_by_another_thread_leaves_the_log_whole() -> None:
+    """The lock-free path reads the caller's dict twice (its names, then its values). A profile hook changes the
+    dict in between, as another thread could: the entry is then a snapshot of the dict, and the log stays whole."""
+    u = make(LOOKUP)
+    args = {"region": "eu", "query": "Bluewing"}
+    meddled: list[str] = []
+
+    def meddle(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and getattr(arg, "__name__", "") == "values" and getattr(arg, "__self__", None) is args:
+            meddled.append("late")
+            args["late"] = 1
+
+    sys.setprofile(meddle)
+    try:
+        answer = u.call("lookup", args)
+    finally:
+        sys.setprofile(None)
+    u.call("lookup", {"query": "Acme", "region": "us"})
+    assert meddled == ["late"] and answer.match == "exact"
+    assert [e["args"] for e in u.call_log()] == [{"region": "eu", "query": "Bluewing", "late": 1},
+                                                 {"query": "Acme", "region": "us"}]
 
 
 def test_concurrent_calls_lose_no_log_entry_and_consume_each_recording_once() -> None:

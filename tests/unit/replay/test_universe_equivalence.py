@@ -123,3 +123,24 @@ def test_collisions_the_shortcuts_must_not_hide() -> None:
     assert [(a.match, a.result) for a in map(engine.call, *zip(*calls[:6], strict=True))] == [
         ("keyed", "tagged"), ("keyed", "tagged"), ("keyed", "tagged"), ("exact", "two"), ("exact", "one"),
         ("exact", "one-two")]
+
+
+def test_the_name_filter_only_skips_keys_that_cannot_hit() -> None:
+    """The exact path builds a key only when the call's count and names fit the recordings of that count
+    (`shapes`, a union per count): same-count recordings with other names, a call mixing their names, no
+    args at all, a non-str key, and a count no recording has."""
+    data = {"windtunnel_universe": 1, "tools": [{"name": "t", "input_schema": {}}],
+            "recordings": [{"tool_name": "t", "args": {"a": 1, "b": 2}, "result": "ab"},
+                           {"tool_name": "t", "args": {"c": 3, "d": 4}, "result": "cd"},
+                           {"tool_name": "t", "args": {}, "result": "none"},
+                           {"tool_name": "t", "args": {"1": "x"}, "result": "one"}],
+            "matching": {"arg_keys": {"t": ["a"]}}}
+    calls: list[Call] = [("t", {"b": 2, "a": 1}), ("t", {"d": 4, "c": 3}), ("t", {"a": 1, "d": 4}), ("t", {}),
+                         ("t", {1: "x"}), ("t", {"1": "x"}), ("t", {"a": 1}), ("t", {"a": 1, "b": 2, "c": 3}),
+                         ("t", {"c": 3, "b": 2}), ("t", "{}"), ("t", None)]
+    for policy in ("fail_call", "nearest"):
+        assert_same(load_universe({**data, "matching": {**data["matching"], "on_miss": policy}}), calls)
+    engine = RecordedUniverse(load_universe(data))
+    assert [(a.match, a.result) for a in map(engine.call, *zip(*calls[:8], strict=True))] == [
+        ("exact", "ab"), ("exact", "cd"), ("keyed", "ab"), ("exact", "none"), ("exact", "one"), ("exact", "one"),
+        ("keyed", "ab"), ("keyed", "ab")]
