@@ -354,33 +354,42 @@ class DataDirStore:
         store renders every session (`render: all`), so build it."""
         if self.render_mode != "flagged":
             return False
-        by_pos: dict[int, list[int]] = {}
-        for ref in indexed.refs:
-            by_pos.setdefault(ref.segment_pos, []).extend(ref.ordinals)
-        segments = [[pos, sorted(ordinals)] for pos, ordinals in by_pos.items()]
+        refs = indexed.refs
+        if len(refs) == 1:  # most sessions: one run of one request (ordinals ascending, as `SpanRefs` keeps them)
+            ref = refs[0]
+            lowest = highest = ref.segment_pos
+            segments: list[list[Any]] = [[lowest, ref.ordinals]]
+            trace_ids, conv, spans = [ref.trace_id], ref.conversation or None, len(ref.ordinals)
+            listed = segments
+        else:
+            by_pos: dict[int, list[int]] = {}
+            for ref in refs:
+                by_pos.setdefault(ref.segment_pos, []).extend(ref.ordinals)
+            segments = [[pos, sorted(ordinals)] for pos, ordinals in by_pos.items()]  # in the order they came
+            listed = sorted(segments)
+            lowest, highest = listed[0][0], listed[-1][0]
+            trace_ids, conv, spans = indexed.trace_ids, indexed.conversation_id, indexed.spans
         # which spans, by where they lie: the same after a restart replays them (positions do not move)
-        content = hashlib.sha256(repr(sorted(segments)).encode()).hexdigest()[:32]
-        lowest = min(by_pos)
+        content = hashlib.sha256(repr(listed).encode()).hexdigest()[:32]
         with self._lock:
             key = indexed.key
             state = self._keys.get(key)
-            if state is not None and state.content == content and max(by_pos) < self.replayed_below:
+            if state is not None and state.content == content and highest < self.replayed_below:
                 self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
                 return True
-            conv = indexed.conversation_id  # the one string from the trace (ids are hex): made JSON-safe here
+            # the one string from the trace (ids are hex): made JSON-safe here
             conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
             if state is None:
                 state = self._keys.add(key, unique_slug(conv or key, key, self._keys.taken))
             state.revision += 1
-            slug, revision = state.slug, state.revision
-            entry = {"v": 1, "key": key, "slug": slug, "revision": revision, "complete": indexed.complete,
-                     "trace_ids": indexed.trace_ids, "conversation_id": conv, "service": None,
+            entry = {"v": 1, "key": key, "slug": state.slug, "revision": state.revision, "complete": indexed.complete,
+                     "trace_ids": trace_ids, "conversation_id": conv, "service": None,
                      "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
                      "redacted": False, "path": None, "files": [], "rendered": False, "segments": segments,
-                     "spans": indexed.spans, "warnings": indexed.warnings, "written_at": utc_now_iso(),
+                     "spans": spans, "warnings": indexed.warnings, "written_at": utc_now_iso(),
                      "content": content, "segment_pos": lowest}
             try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session
-                line = orjson.dumps(entry) + b"\n"
+                line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
             except TypeError:  # an integer past 64 bits, say
                 line = encode_line(entry)
             self._unindexed.append((entry, line))

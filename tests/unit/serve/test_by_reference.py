@@ -288,3 +288,28 @@ def test_the_record_bound_splits_a_run_of_refs_exactly(fast_dir: Path) -> None:
     ordinals = [n for e in entries for _, ns in e["segments"] for n in ns]
     assert ordinals == list(range(7))  # wire order, each span in exactly one session
     assert server.metrics.get("wt_otel_sessions_flushed_incomplete_total", reason="max_records_per_session") == 2
+
+
+def test_a_one_run_session_is_indexed_as_the_general_path_indexes_it(tmp_path: Path) -> None:
+    """`keep_indexed` takes a shortcut for the common session of one run; its line (the segments, their digest,
+    the ids) is the one the general path writes for the same spans, split into runs of the same request and
+    given in either order, so a restart's dedupe and `sessions render` see no difference."""
+    from wt_otel.components import IndexedSession
+    from wt_otel.model.spans import SpanRefs
+
+    key, pos = "ab" * 16, 2199024420988
+    whole = SpanRefs(key, "conv-7", pos, [3, 4, 7, 9], ((3, "invoke_agent"),))
+    head, tail = whole.split(2)
+    lines = []
+    for n, refs in enumerate(([whole], [head, tail], [tail, head])):
+        store = DataDirStore(tmp_path / str(n), render="flagged")
+        try:
+            assert store.keep_indexed(IndexedSession(key, refs, True))
+            store.retry_deferred()  # the tick: the pending line is appended
+        finally:
+            store.close()
+        [line] = read_index(tmp_path / str(n)).entries
+        lines.append({k: v for k, v in line.items() if k != "written_at"})
+    assert lines[0] == lines[1] == lines[2]
+    assert lines[0]["segments"] == [[pos, [3, 4, 7, 9]]] and lines[0]["trace_ids"] == [key]
+    assert lines[0]["conversation_id"] == "conv-7" and lines[0]["spans"] == 4
