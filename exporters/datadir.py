@@ -388,8 +388,9 @@ class DataDirStore:
                      "redacted": False, "path": None, "files": [], "rendered": False, "segments": segments,
                      "spans": spans, "warnings": indexed.warnings, "written_at": utc_now_iso(),
                      "content": content, "segment_pos": lowest}
-            try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session
-                line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+            try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session. The concatenation
+                # is a copy of the line's size: orjson's own buffer is >= 4 KiB, and lines wait here for the tick
+                line = orjson.dumps(entry) + b"\n"
             except TypeError:  # an integer past 64 bits, say
                 line = encode_line(entry)
             self._unindexed.append((entry, line))

@@ -313,3 +313,27 @@ def test_a_one_run_session_is_indexed_as_the_general_path_indexes_it(tmp_path: P
     assert lines[0] == lines[1] == lines[2]
     assert lines[0]["segments"] == [[pos, [3, 4, 7, 9]]] and lines[0]["trace_ids"] == [key]
     assert lines[0]["conversation_id"] == "conv-7" and lines[0]["spans"] == 4
+
+
+def test_index_lines_waiting_for_the_tick_hold_their_own_size(tmp_path: Path) -> None:
+    """Lines of sessions kept by reference wait for the tick's one write; at volume that is thousands. orjson's
+    output lives in a buffer of >= 4 KiB (8 KiB for a ~550-byte line), so each line is kept as a copy of its
+    size: ~2 KB a pending session in all (its line, the line's fields), not ~10 KB."""
+    import tracemalloc
+
+    from wt_otel.components import IndexedSession
+    from wt_otel.model.spans import SpanRefs
+
+    store = DataDirStore(tmp_path, render="flagged")
+    sessions = [IndexedSession(f"{n:032x}", [SpanRefs(f"{n:032x}", f"conv-{n}", 1000 + n, list(range(10)))], True)
+                for n in range(500)]
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for indexed in sessions:
+            assert store.keep_indexed(indexed)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        store.close()
+    assert held < 500 * 4096, f"{held / 500:.0f} bytes per pending session"
