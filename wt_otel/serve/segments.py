@@ -38,11 +38,12 @@ the request is refused (503 / UNAVAILABLE + retry info), never acknowledged.
 Past `max_bytes` on disk, `SegmentFull` (429 / RESOURCE_EXHAUSTED + retry
 info): the open sessions pin more than the cap.
 
-Start-up. Every segment's torn tail (a kill mid-write) is cut back to its last
-whole frame (found from the frame headers, without reading the messages),
-counted and reported; new appends go to a new generation; `replay()` yields the
-entries at or past the checkpoint for serve to feed its pipeline before the
-receivers open.
+Start-up. The newest generation's torn tails (a kill mid-write) are cut back to
+their last whole frame (found from the frame headers, without reading the
+messages), counted and reported; an older file is never cut (it was fsynced
+whole as it closed): damage there is reported and left in place. New appends
+go to a new generation; `replay()` yields the entries at or past the checkpoint
+for serve to feed its pipeline before the receivers open.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class SegmentLog:
 
     def _scan(self) -> Opened:
         checkpoint, problems = self._read_checkpoint()
-        gens: set[int] = set()
+        files: list[tuple[Path, int]] = []
         torn: list[str] = []
         for p in sorted(self.dir.iterdir()):
             m = _NAME.match(p.name)
@@ -209,12 +210,22 @@ class SegmentLog:
                 if p.name != CHECKPOINT and not p.name.startswith("."):
                     problems.append(f"{SEGMENTS}/{p.name}: not a segment file; left alone")
                 continue
-            gens.add(int(m.group(1)))
-            cut = _repair_tail(p)
-            if cut:
-                torn.append(f"{SEGMENTS}/{p.name}: cut {cut} bytes of a torn last frame (killed mid-write; "
-                            "that request was never acknowledged)")
-                self.metrics.inc("wt_otel_segment_torn_tails_total")
+            files.append((p, int(m.group(1))))
+        gens = {g for _, g in files}
+        newest = max(gens, default=-1)
+        for p, generation in files:
+            if generation == newest:  # the only one a kill can leave torn: older ones were fsynced as they closed
+                cut = _repair_tail(p)
+                if cut:
+                    torn.append(f"{SEGMENTS}/{p.name}: cut {cut} bytes of a torn last frame (killed mid-write; "
+                                "that request was never acknowledged)")
+                    self.metrics.inc("wt_otel_segment_torn_tails_total")
+                continue
+            end, size = _whole_end(p)
+            if end < size:  # a closed file cut short or with a bad length (the disk): its bytes are not ours to cut
+                problems.append(f"{SEGMENTS}/{p.name}: unreadable from byte {end} of {size} (a frame length that "
+                                "does not fit; the file was closed whole, so this is damage, not a torn write); left "
+                                "in place, and nothing after that byte is replayed")
         for t in torn:
             log.warning("%s", t)
         return Opened(checkpoint=checkpoint, generations=sorted(gens), torn=torn, problems=problems)

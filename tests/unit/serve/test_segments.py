@@ -541,3 +541,30 @@ def test_serve_with_a_stalled_disk_answers_503_at_once_and_recovers_without_losi
     finally:
         disk.go.set()
         server.stop()
+
+
+def test_only_the_newest_generation_is_cut_and_damage_in_an_older_one_is_reported_not_cut(tmp_path: Path) -> None:
+    """A kill can tear only the generation being written; older ones were fsynced whole as they closed. So a bad
+    frame length in an older file (the disk, a hand edit) is reported and the file left as it is, while the
+    newest generation's torn tail is cut as before."""
+    directory = tmp_path / SEGMENTS
+    directory.mkdir()
+    frames = [session(n) for n in range(3)]
+    whole = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    older = directory / "000000000001.traces.pb"
+    damaged = bytearray(whole)
+    second = 4 + len(frames[0])
+    damaged[second:second + 4] = (2**32 - 1).to_bytes(4, "big")  # the second frame's length, past MAX_FRAME
+    older.write_bytes(bytes(damaged))
+    newest = directory / "000000000002.traces.pb"
+    newest.write_bytes(whole + b"\x00\x00\x01\x00half")  # a kill mid-append
+    log = SegmentLog(tmp_path)
+    try:
+        assert older.read_bytes() == bytes(damaged)  # not cut
+        assert newest.stat().st_size == len(whole)  # cut
+        [note] = [n for n in log.recovery if "000000000001" in n]
+        assert f"unreadable from byte {second} of {len(damaged)}" in note and "left in place" in note
+        assert any("000000000002.traces.pb: cut 8 bytes" in n for n in log.recovery), log.recovery
+        assert log.metrics.get("wt_otel_segment_torn_tails_total") == 1
+    finally:
+        log.close()
