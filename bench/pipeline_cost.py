@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ingest_throughput import MARK, SESSIONS_PER_REQUEST, build_request  # noqa: E402
 
 from wt_otel._util.tuning import tune_for_serve  # noqa: E402
-from wt_otel.serve.config import load_serve_config  # noqa: E402
+from wt_otel.serve.config import ServeConfig, load_serve_config  # noqa: E402
 from wt_otel.serve.receivers.common import Encoding, Outcome, Signal, export  # noqa: E402
 from wt_otel.serve.server import Server  # noqa: E402
 
@@ -52,29 +52,46 @@ def parse_cpu(bodies: list[bytes]) -> float:
     return (time.thread_time() - t) / len(bodies)
 
 
+def serve_config(data_dir: Path) -> ServeConfig:
+    """serve's defaults on `data_dir`, receivers off: requests go through `export()` in this process."""
+    return load_serve_config(None, {"data_dir": str(data_dir), "receivers.grpc_endpoint": None,
+                                    "receivers.http_endpoint": None})
+
+
+def send(server: Server, body: bytes) -> None:
+    """One request through the receivers' own `export()`; refused (the budget): retried, as a client would."""
+    queue = server.pipeline
+    assert queue is not None
+    while export(Signal.TRACES, body, Encoding.PROTOBUF, queue, queue.metrics).outcome is not Outcome.OK:
+        time.sleep(0.01)
+
+
+def wait_written(server: Server, expected: int, timeout: float) -> int:
+    """Wait until `expected` sessions are written (each past its grace, its index line in at the next tick);
+    exits when they are not within `timeout` seconds. Returns how many were written."""
+    deadline = time.monotonic() + timeout
+    while server.metrics.get("wt_otel_sessions_written_total") < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    written = int(server.metrics.get("wt_otel_sessions_written_total"))
+    if written < expected:
+        sys.exit(f"only {written} of {expected} sessions written in {timeout:g} s")
+    return written
+
+
 def one_round(bodies: list[bytes], data_root: str) -> tuple[float, float]:
     """(receiver CPU, pipeline CPU) per request through a fresh serve."""
     data_dir = Path(tempfile.mkdtemp(prefix="wt-pipeline-cost-", dir=data_root))
-    config = load_serve_config(None, {"data_dir": str(data_dir), "receivers.grpc_endpoint": None,
-                                      "receivers.http_endpoint": None})
-    server = Server(config, quiet=True).start()
+    server = Server(serve_config(data_dir), quiet=True).start()
     tune_for_serve()
     try:
-        queue = server.pipeline
-        ident = queue._worker.ident  # noqa: SLF001 - the pipeline thread, whose CPU clock this reads
+        ident = server.pipeline._worker.ident  # noqa: SLF001 - the pipeline thread, whose CPU clock this reads
         assert ident is not None
         t = time.thread_time()
         for body in bodies:
-            while export(Signal.TRACES, body, Encoding.PROTOBUF, queue, queue.metrics).outcome is not Outcome.OK:
-                time.sleep(0.01)  # refused (the budget): retry, as a client would
+            send(server, body)
         receiver = time.thread_time() - t
-        expected, deadline = len(bodies) * SESSIONS_PER_REQUEST, time.monotonic() + 120
-        while server.metrics.get("wt_otel_sessions_written_total") < expected and time.monotonic() < deadline:
-            time.sleep(0.05)  # every session past its grace, and its index line in (the next tick)
+        wait_written(server, len(bodies) * SESSIONS_PER_REQUEST, 120)
         pipeline = thread_cpu(ident)
-        written = server.metrics.get("wt_otel_sessions_written_total")
-        if written < expected:
-            sys.exit(f"only {written} of {expected} sessions written in 2 minutes")
     finally:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -28,43 +28,28 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ingest_throughput import MARK, SESSIONS_PER_REQUEST, build_request  # noqa: E402
+from pipeline_cost import send, serve_config, wait_written  # noqa: E402
 
-from wt_otel.serve.config import load_serve_config  # noqa: E402
-from wt_otel.serve.receivers.common import Encoding, Outcome, Signal, export  # noqa: E402
 from wt_otel.serve.server import Server  # noqa: E402
 
 
 def fill(data_dir: Path, requests: int) -> int:
     """Send `requests` requests through a fresh serve on `data_dir`; returns the sessions written."""
     body, _ = build_request()
-    server = Server(config(data_dir), quiet=True).start()
+    server = Server(serve_config(data_dir), quiet=True).start()
     try:
-        queue = server.pipeline
         for n in range(requests):
-            request = body.replace(MARK, f"{n:08d}".encode())
-            while export(Signal.TRACES, request, Encoding.PROTOBUF, queue, queue.metrics).outcome is not Outcome.OK:
-                time.sleep(0.01)  # refused (the budget): retry, as a client would
+            send(server, body.replace(MARK, f"{n:08d}".encode()))
             if n % 500 == 499:
                 print(f"  filled {n + 1} of {requests} requests", flush=True)
-        expected, deadline = requests * SESSIONS_PER_REQUEST, time.monotonic() + 300
-        while server.metrics.get("wt_otel_sessions_written_total") < expected and time.monotonic() < deadline:
-            time.sleep(0.05)
-        written = int(server.metrics.get("wt_otel_sessions_written_total"))
+        return wait_written(server, requests * SESSIONS_PER_REQUEST, 300)
     finally:
         server.stop()
-    if written < expected:
-        sys.exit(f"only {written} of {expected} sessions written in 5 minutes")
-    return written
-
-
-def config(data_dir: Path):  # noqa: ANN201 - a ServeConfig
-    return load_serve_config(None, {"data_dir": str(data_dir), "receivers.grpc_endpoint": None,
-                                    "receivers.http_endpoint": None})
 
 
 def start_seconds(data_dir: Path) -> float:
     t = time.perf_counter()
-    server = Server(config(data_dir), quiet=True).start()
+    server = Server(serve_config(data_dir), quiet=True).start()
     elapsed = time.perf_counter() - t
     server.stop()
     return elapsed

@@ -174,7 +174,7 @@ class Journal:
 
     def _read_line(self, raw: bytes, number: int, offset: int, torn: bool, parse: Callable[[Any], T] | None,
                    keep_torn: bool, what: str, keep: Callable[[T, int], object], out: JournalRead[T],
-                   loads: Callable[[bytes], Any] = json.loads) -> None:
+                   loads: Callable[[bytes], Any]) -> None:
         if not raw.strip():
             return
         try:
