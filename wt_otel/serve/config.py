@@ -140,8 +140,10 @@ class DurabilityConfig(_Strict):
 
     enabled: bool = Field(True, description="off: requests are acknowledged once queued in memory (a kill -9 loses "
                           "what was acknowledged but not yet written)")
-    commit_interval: float = Field(0.005, ge=0, le=1, description="seconds between group commits (one fsync "
-                                   "acknowledges every request appended since the last)")
+    commit_interval: float = Field(0.001, ge=0, le=1, description="at least this many seconds between group "
+                                   "commits (one fsync acknowledges every request appended since the last; those "
+                                   "arriving during an fsync join the next anyway): caps the fsync rate, adds up to "
+                                   "this much to every export's latency")
     segment_bytes: int = Field(64 * 1024 * 1024, gt=0, description="a generation of segment files is closed "
                                "once one of them reaches this size")
     segment_max_age: float = Field(60.0, gt=0, description="... or is this many seconds old")

@@ -148,7 +148,7 @@ class Opened:
 class SegmentLog:
     """Thread-safe. `append` + `wait` from the receivers; `checkpoint` on the pipeline's tick."""
 
-    def __init__(self, data_dir: Path | str, *, commit_interval: float = 0.005, segment_bytes: int = 64 << 20,
+    def __init__(self, data_dir: Path | str, *, commit_interval: float = 0.001, segment_bytes: int = 64 << 20,
                  segment_max_age: float = 60.0, max_bytes: int = 4 << 30, metrics: Metrics | None = None,
                  retain_age: float = 0.0, retain_bytes: int = 0, stall_timeout: float = 5.0) -> None:
         self.dir = Path(data_dir) / SEGMENTS
