@@ -90,7 +90,7 @@ import yaml
 
 from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
-from wt_otel._util.fsutil import safe_slug, unique_slug, write_directory
+from wt_otel._util.fsutil import fsync_dir, safe_slug, unique_slug, write_directory
 from wt_otel._util.journal import Journal, encode_line
 from wt_otel.components import CompletedSession, IndexedSession, StageContext, StageType
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
@@ -101,10 +101,14 @@ from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.segments import SEGMENTS as SEGMENT_DIR
+from wt_otel.serve.segments import generation_of, generations_on_disk, spans_of
 
 log = logging.getLogger("wt_otel.datadir")
 
 INDEX = "sessions.ndjsonl"
+ARCHIVE = "sessions.archive.ndjsonl"  # index lines of sessions whose spans retention removed (serve, at a start)
+ARCHIVE_MIN_LINES = 10_000  # ... moved there only when at least this many, and at least half the index
 SESSIONS = "sessions"
 KEYS_DB = ".session-keys.sqlite"  # the key table past its hot keys (exporters/session_keys.py)
 ENVELOPE = "incident.wtin.json"
@@ -188,7 +192,7 @@ class DataDirStore:
 
     def __init__(self, data_dir: Path | str, metrics: Metrics | None = None, *, render: str = "all",
                  workers: int = 0, max_pending: int = 256, worker_target: str = DEFAULT_TARGET,
-                 job_timeout: float = 120.0, keys_in_memory: int = 20_000) -> None:
+                 job_timeout: float = 120.0, keys_in_memory: int = 20_000, archive_gone: bool = False) -> None:
         if render not in ("all", "flagged"):
             raise ValueError(f"datadir.render must be all or flagged, not {render!r}")
         self.render_mode = render
@@ -217,6 +221,7 @@ class DataDirStore:
         self._deferred: OrderedDict[str, tuple[Session, object]] = OrderedDict()
         self.degraded: str | None = None
         self._clean_temp_dirs()
+        (self.root / f".{INDEX}.compact").unlink(missing_ok=True)  # an archiving start cut short (`_archive_gone`)
         self._index = Journal(self.root / INDEX)  # its descriptor is held for the store's lifetime
         dropped = self._index.repair()  # a torn last line (kill -9): its directory, if any, is re-indexed below
         if dropped:
@@ -225,8 +230,15 @@ class DataDirStore:
         self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
         self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
+        # serve (`archive_gone`): the segment generations on disk, to count the lines of kept sessions whose
+        # spans retention removed (None: not counted)
+        self._present = _segment_generations(self.root) if archive_gone else None
+        self._lines = self._gone_lines = 0
         self.recovery.extend(self._index.read(_index_entry, what="not an index entry", into=self._load,
                                               loads=_index_loads).problems)
+        if self._present is not None and self._gone_lines >= max(ARCHIVE_MIN_LINES, self._lines - self._gone_lines):
+            self._archive_gone(keys_in_memory)
+        self._present = None
         self._reindex_orphans()
         if workers:
             try:
@@ -254,6 +266,55 @@ class DataDirStore:
         state.content = content if isinstance(content, str) else None
         state.pos = pos if isinstance(pos, int) and not isinstance(pos, bool) else None
         state.line = offset if by_reference else None
+        if self._present is not None:
+            self._lines += 1
+            self._gone_lines += by_reference and state.pos is not None and not self._spans_kept(state.pos)
+
+    def _spans_kept(self, pos: int) -> bool:
+        """Whether the segment generation holding a kept session's first spans is still on disk (retention
+        removes the oldest first: once it is gone, the session cannot be rendered)."""
+        return self._present is not None and generation_of(pos) in self._present
+
+    def _archive_gone(self, keys_in_memory: int) -> None:
+        """Move the index lines of every key whose latest revision is kept by reference into spans retention
+        removed (it can never be rendered) to `sessions.archive.ndjsonl`, so the index, and what each start
+        reads, follows the segments' retention instead of growing forever. The archive is appended and
+        fsynced before the index is replaced (a rename): a crash between them repeats lines in the archive,
+        never loses one. The key table is then read again from the shorter index (offsets moved)."""
+        moved: list[bytes] = []
+        keys: set[str] = set()
+        tmp = self.root / f".{INDEX}.compact"
+        try:
+            with open(self.root / INDEX, "rb") as src, open(tmp, "wb") as dst:
+                for raw in src:
+                    key = _line_key(raw)
+                    state = self._keys.get(key) if key is not None else None
+                    if state is not None and state.kept == INDEXED and state.pos is not None \
+                            and not self._spans_kept(state.pos):
+                        moved.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                        keys.add(key)  # type: ignore[arg-type]  # not None: it has a state
+                    else:
+                        dst.write(raw)
+                dst.flush()
+                os.fsync(dst.fileno())
+            if not moved:  # every such line is an older revision of a key still kept: nothing to gain
+                tmp.unlink()
+                return
+            Journal(self.root / ARCHIVE).append(moved, encoded=True)  # fsynced
+            os.replace(tmp, self.root / INDEX)
+            fsync_dir(self.root)
+        except OSError as e:  # a full disk, say: the index stays as it was, read as it was
+            tmp.unlink(missing_ok=True)
+            self.recovery.append(f"{INDEX}: cannot move the lines of sessions whose spans are gone to {ARCHIVE} "
+                                 f"({e.strerror or e}); the index stays whole")
+            return
+        self._index.close()
+        self._keys.close()
+        self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
+        self._present = None
+        self._index.read(_index_entry, what="not an index entry", into=self._load, loads=_index_loads)
+        self.recovery.append(f"{INDEX}: moved {len(moved)} line(s) of {len(keys)} session(s) kept by reference whose "
+                             f"segments retention removed to {ARCHIVE}; {self._lines - len(moved)} line(s) left")
 
     def _clean_temp_dirs(self) -> None:
         """Remove half-built revisions; put back a previous revision caught mid-swap."""
@@ -398,9 +459,6 @@ class DataDirStore:
 
     def _indexed_session(self, key: str) -> Session:
         """A session kept by reference, built from the segment log's entries its index line names."""
-        from wt_otel.serve.segments import SEGMENTS as SEGMENT_DIR
-        from wt_otel.serve.segments import spans_of
-
         entry = self._indexed_line(key)
         try:
             refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
@@ -716,6 +774,10 @@ class DataDirStore:
         slug = state.slug if state is not None else Path(name).name
         key = self._keys.key_of(slug)
         if key is None:
+            if _archived(self.root, name):
+                raise ValueError(f"session {name!r} was moved to {self.root / ARCHIVE} at a serve start: its spans "
+                                 "were in segments that durability.retain_age / retain_bytes removed, so it cannot "
+                                 "be rendered")
             raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {self._known()})")
         return key, slug
 
@@ -986,6 +1048,33 @@ class DataDirStore:
         self.close()
 
 
+def _segment_generations(root: Path) -> set[int] | None:
+    return generations_on_disk(root / SEGMENT_DIR)
+
+
+def _line_field(raw: bytes, name: str) -> str | None:
+    """A string field of an index line; None for a line that is not one (kept where it is, as the read kept it)."""
+    try:
+        obj = _index_loads(raw)
+    except ValueError:
+        return None
+    value = obj.get(name) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _line_key(raw: bytes) -> str | None:
+    return _line_field(raw, "key")
+
+
+def _archived(root: Path, name: str) -> bool:
+    """Whether `name` (a key or slug) is in the archive; read through only to explain an unknown name."""
+    try:
+        with open(root / ARCHIVE, "rb") as f:
+            return any(name.encode() in raw and name in (_line_key(raw), _line_field(raw, "slug")) for raw in f)
+    except OSError:
+        return False
+
+
 def _rewrite(path: Path, text: str) -> None:
     """Replace a file atomically (a reader never sees half of it)."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -1099,7 +1188,9 @@ def _create(data_dir: Path, ctx: StageContext, _next: None) -> DataDirStage:
         ctx.warn("datadir.render: flagged is ignored while the redactor is on (records are kept unredacted): "
                  "every session is rendered, redacted")
         render = "all"
-    store = DataDirStore(data_dir, ctx.metrics, render=render, workers=workers, max_pending=max_pending)
+    durability = getattr(ctx.serve_config, "durability", None)
+    store = DataDirStore(data_dir, ctx.metrics, render=render, workers=workers, max_pending=max_pending,
+                         archive_gone=bool(getattr(durability, "enabled", False)))
     ctx.store = store
     ctx.recovery.extend(store.recovery)
     stage = DataDirStage(store, ctx)

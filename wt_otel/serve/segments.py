@@ -662,8 +662,21 @@ def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:
         checkpoint = Checkpoint.model_validate_json((directory / CHECKPOINT).read_bytes())
     except (OSError, ValidationError):
         checkpoint = Checkpoint()
-    gens = sorted({int(m.group(1)) for p in directory.iterdir() if (m := _NAME.match(p.name))})
-    yield from _entries(directory, gens, checkpoint.position)
+    yield from _entries(directory, sorted(generations_on_disk(directory) or ()), checkpoint.position)
+
+
+def generations_on_disk(directory: Path) -> set[int] | None:
+    """The generations with a segment file in `<data-dir>/segments`; None when there is no such directory."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return None
+    return {int(m.group(1)) for name in names if (m := _NAME.match(name))}
+
+
+def generation_of(pos: int) -> int:
+    """The generation of a segment position (the files a session kept by reference needs)."""
+    return pos >> _GEN_SHIFT
 
 
 def _entries(directory: Path, generations: list[int], start: int) -> Iterator[tuple[str, int, bytes]]:

@@ -5,6 +5,7 @@ very bytes the inline render writes. Real `wt-otel serve` wiring (`Server`) over
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -337,3 +338,86 @@ def test_index_lines_waiting_for_the_tick_hold_their_own_size(tmp_path: Path) ->
         tracemalloc.stop()
         store.close()
     assert held < 500 * 4096, f"{held / 500:.0f} bytes per pending session"
+
+
+def _drop_oldest_generation(data_dir: Path) -> None:
+    """What `durability.retain_age` / `retain_bytes` do to the oldest generation."""
+    files = sorted((data_dir / "segments").glob("*.pb"))
+    oldest = files[0].name.split(".")[0]
+    for p in files:
+        if p.name.startswith(oldest):
+            p.unlink()
+
+
+def test_a_start_moves_the_lines_of_sessions_whose_segments_are_gone_to_the_archive(fast_dir: Path, monkeypatch,
+                                                                                   caplog) -> None:
+    """The index follows the segments' retention: a kept session whose spans are gone can never be rendered,
+    so a serve start moves its lines to sessions.archive.ndjsonl (when they are at least half the index), and
+    what each start reads stops growing forever. Nothing else moves; the kept sessions left render."""
+    monkeypatch.setattr("wt_otel.exporters.datadir.ARCHIVE_MIN_LINES", 1)
+    serve(fast_dir, weather_session(tid(20)) + weather_session(tid(21)))
+    serve(fast_dir, weather_session(tid(22)))
+    _drop_oldest_generation(fast_dir)  # tid 20 and 21's spans
+    index = fast_dir / "sessions.ndjsonl"
+    index.write_bytes(index.read_bytes() + b"not an index line\n")
+    before = {k: e for k, e in read_index(fast_dir).latest().items()}
+    incident = weather_session(tid(23))
+    incident[0].attributes["wt.incident"] = "INC-9"
+    server = serve(fast_dir, incident)
+    assert any("moved 2 line(s) of 2 session(s)" in r for r in server.recovery), server.recovery
+    left = read_index(fast_dir)
+    assert set(left.latest()) == {tid(22), tid(23)}
+    assert left.latest()[tid(22)] == before[tid(22)]
+    assert any("not an index entry" in p for p in left.problems)  # a line it cannot read stays where it was
+    archived = [json.loads(line) for line in (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()]
+    assert sorted(e["key"] for e in archived) == [tid(20), tid(21)]
+    assert archived == [before[tid(20)], before[tid(21)]]  # the very lines, moved
+    assert not list(fast_dir.glob(".sessions.ndjsonl.*"))
+
+    with caplog.at_level(logging.WARNING, logger="wt_otel.datadir"):
+        out = render_all(fast_dir)  # the kept session left is read back at its new offset
+    assert "rendered " in out and read_index(fast_dir).latest()[tid(22)]["rendered"] is True
+    assert "not where it was" not in caplog.text
+    res = CliRunner().invoke(main, ["sessions", "render", tid(20), "--data-dir", str(fast_dir)])
+    assert res.exit_code == 2
+    assert "sessions.archive.ndjsonl" in res.output and "retain_age" in res.output, res.output
+
+
+def test_a_start_moves_nothing_while_the_gone_lines_are_few(fast_dir: Path) -> None:
+    """Below the threshold (10,000 lines, and half the index) the index is not rewritten at every start."""
+    serve(fast_dir, weather_session(tid(24)))
+    serve(fast_dir, weather_session(tid(25)))
+    _drop_oldest_generation(fast_dir)
+    (fast_dir / ".sessions.ndjsonl.compact").write_bytes(b"left by a start killed while archiving\n")
+    before = (fast_dir / "sessions.ndjsonl").read_bytes()
+    serve(fast_dir, [])
+    assert (fast_dir / "sessions.ndjsonl").read_bytes() == before
+    assert not (fast_dir / "sessions.archive.ndjsonl").exists()
+    assert not (fast_dir / ".sessions.ndjsonl.compact").exists()
+    res = CliRunner().invoke(main, ["sessions", "render", tid(24), "--data-dir", str(fast_dir)])
+    assert res.exit_code == 1 and "is gone" in res.output, res.output
+
+
+def test_an_archiving_start_that_cannot_replace_the_index_leaves_it_whole(fast_dir: Path, monkeypatch) -> None:
+    """The archive is written first, the index replaced last: a failure in between (a full disk, a kill)
+    leaves every line in the index (at worst twice, once in the archive), and the next start moves them."""
+    monkeypatch.setattr("wt_otel.exporters.datadir.ARCHIVE_MIN_LINES", 1)
+    serve(fast_dir, weather_session(tid(26)))
+    serve(fast_dir, weather_session(tid(27)))
+    _drop_oldest_generation(fast_dir)
+    before = (fast_dir / "sessions.ndjsonl").read_bytes()
+
+    def full(*_args) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr("os.replace", full)
+        with DataDirStore(fast_dir, render="flagged", archive_gone=True) as store:
+            assert any("cannot move" in r and "stays whole" in r for r in store.recovery), store.recovery
+    assert (fast_dir / "sessions.ndjsonl").read_bytes() == before
+    assert not list(fast_dir.glob(".sessions.ndjsonl.*"))
+    with DataDirStore(fast_dir, render="flagged", archive_gone=True) as store:
+        assert store.unrendered() == [tid(27)]
+    assert set(read_index(fast_dir).latest()) == {tid(27)}
+    archived = (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in archived] == [tid(26), tid(26)]
