@@ -102,6 +102,18 @@ def test_overlong_truncated_and_out_of_range_utf8_is_a_problem(check: WireCheck,
     assert check.problem(body) is not None
 
 
+@pytest.mark.parametrize("bad", [b"\xff", b"\xed\xa0\x80", b"\xc3"])
+def test_a_bad_byte_anywhere_in_long_ascii_is_found(check: WireCheck, bad: bytes):
+    """The validator skips ASCII 32 and 8 bytes at a time: a bad sequence at every offset of a 100-byte
+    name, across those strides and in the tail after them, is still a problem; the name without it passes."""
+    for at in range(100):
+        name = b"a" * at + bad + b"b" * (99 - at)
+        body = _len_field(1, _len_field(2, _len_field(2, b"\x2a" + _varint(len(name)) + name)))  # span.name
+        assert check.problem(body) is not None, at
+    ascii_only = b"c" * 100
+    assert check.problem(_len_field(1, _len_field(2, _len_field(2, b"\x2a" + _varint(100) + ascii_only)))) is None
+
+
 def test_every_truncation_of_a_real_request_holds_the_promise(check: WireCheck):
     body = rich_request()
     for cut in range(len(body)):
