@@ -32,7 +32,10 @@ waiter to find no commit under way runs one (the leader): it fsyncs every dirty
 file, at most every `commit_interval` seconds, and wakes every waiter it
 covered; whoever arrives during it waits for it, or leads the next. No thread of
 its own: a committer thread cost two GIL hand-offs per request (wake it, then be
-woken by it). A failed write or fsync (full disk, EIO) truncates the file back
+woken by it). Closing a generation is a commit too: its files are fsynced with
+the lock let go while appends wait, and only then does the next generation
+take appends (so only the newest can be torn by a kill); an fsync that hangs
+there is a stall like any other. A failed write or fsync (full disk, EIO) truncates the file back
 to what was fsynced and raises `SegmentUnavailable` in every affected waiter:
 the request is refused (503 / UNAVAILABLE + retry info), never acknowledged.
 Past `max_bytes` on disk, `SegmentFull` (429 / RESOURCE_EXHAUSTED + retry
@@ -175,7 +178,8 @@ class SegmentLog:
         # its own lock: the pipeline releases pins while a receiver holds `_lock` writing a request
         self._pins_lock = threading.Lock()
         self._dirty: set[int] = set()  # signals with unsynced bytes
-        self._committing = False  # a waiter is running a group commit (the others wait for it)
+        self._committing = False  # a waiter is running a group commit, or a rotation (the others wait for it)
+        self._rotating = False  # ... a rotation: appends wait for it (they go to the next generation)
         # when that commit's fsyncs began (monotonic; None: not in an fsync). Past `stall_timeout` the disk is
         # stalled: appends are refused at once and waiters give up, rather than each holding a receiver 30 s
         self.stall_timeout = stall_timeout
@@ -267,23 +271,27 @@ class SegmentLog:
         sig = SIGNALS.index(signal)
         header = len(data).to_bytes(4, "big")
         size = len(header) + len(data)
+        seg: _Open | None = None
         with self._lock:
-            if self._closing:
-                raise SegmentUnavailable("the segment log is closed (shutting down)")
-            if (stall := self._stall_locked()) is not None:
-                self.metrics.inc("wt_otel_segment_refusals_total", reason="fsync_stalled")
-                raise SegmentUnavailable(stall)
-            pinned = self._total - self._retained_bytes
-            if pinned + size > self.max_bytes:
-                self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
-                raise SegmentFull(f"the segment log holds {pinned} bytes past its checkpoint, its cap is "
-                                  f"{self.max_bytes} (durability.max_bytes): open sessions pin it")
-            seg = self._open.get(sig)
-            if seg is not None and seg.size and seg.size + size > self.segment_bytes and self._fsync_since is None:
-                # (not while a commit fsyncs: rotating fsyncs under the lock, and a slow disk would hold every
-                # receiver here; the file grows a little past `segment_bytes` instead, and rotates next time)
-                self._rotate_locked()
-                seg = None
+            while True:
+                if self._closing:
+                    raise SegmentUnavailable("the segment log is closed (shutting down)")
+                if (stall := self._stall_locked()) is not None:
+                    self.metrics.inc("wt_otel_segment_refusals_total", reason="fsync_stalled")
+                    raise SegmentUnavailable(stall)
+                if self._rotating:  # the files are being closed: what is written next goes to the next generation
+                    self._wait_locked()
+                    continue
+                pinned = self._total - self._retained_bytes
+                if pinned + size > self.max_bytes:
+                    self.metrics.inc("wt_otel_segment_refusals_total", reason="max_bytes")
+                    raise SegmentFull(f"the segment log holds {pinned} bytes past its checkpoint, its cap is "
+                                      f"{self.max_bytes} (durability.max_bytes): open sessions pin it")
+                seg = self._open.get(sig)
+                if seg is not None and seg.size and seg.size + size > self.segment_bytes:
+                    self._rotate_locked(seg.generation)
+                    continue
+                break
             if seg is None:
                 seg = self._open_locked(sig)
             offset = seg.size
@@ -372,28 +380,78 @@ class SegmentLog:
                     os.close(dfd)
         return seg
 
-    def _rotate_locked(self) -> None:
-        """Close the generation's files (fsynced first); the next append opens the next generation."""
-        for seg in self._open.values():
-            self._sync_locked(seg)
-            os.close(seg.fd)
-            seg.closed = True
-        self._open.clear()
-        self._dirty.clear()
-        self._closed_at[self._generation] = time.time()
-        self._generation += 1
-        self._cond.notify_all()
+    def _rotate_locked(self, generation: int) -> None:
+        """Close `generation`'s files, fsynced first; the next append opens the next generation (so a file is
+        written only once every older one is whole on disk: a start repairs torn tails in the newest only).
 
-    def _sync_locked(self, seg: _Open) -> None:
-        if seg.committed >= seg.size:
+        It runs as a commit: after the commit under way, with the lock let go while the files fsync, appends
+        waiting for it. A disk that hangs then stalls it as it stalls a commit (appends refused past
+        `stall_timeout`), instead of holding every receiver on the lock. Nothing is done when the generation
+        was closed meanwhile, or when the log is stalled."""
+        while self._committing:
+            if self._stall_locked() is not None:
+                return
+            self._wait_locked()
+        if self._generation != generation:
             return
+        self._committing = self._rotating = True
         try:
-            self.fsync(seg.fd)
-        except OSError as e:
-            self._fail_locked(seg, e)
-            return
-        seg.committed = seg.size
-        self.metrics.inc("wt_otel_segment_fsyncs_total")
+            segs = list(self._open.values())
+            unsynced = [seg for seg in segs if seg.committed < seg.size]
+            results, stalled_at = self._fsync_unlocked(unsynced)
+            for seg, err in zip(unsynced, results, strict=True):
+                if err is None:
+                    seg.committed = seg.size  # appends wait while `_rotating`: nothing was added meanwhile
+                    self.metrics.inc("wt_otel_segment_fsyncs_total")
+                else:
+                    self._fail_locked(seg, err)
+            for seg in segs:
+                os.close(seg.fd)
+                seg.closed = True
+            self._open.clear()
+            self._dirty.clear()
+            self._closed_at[self._generation] = time.time()
+            self._generation += 1
+            self._said_recovered(stalled_at)
+        finally:
+            self._committing = self._rotating = False
+            self._cond.notify_all()
+
+    def _wait_locked(self) -> None:
+        """Wait (lock held) for the commit or rotation under way, waking when its fsync would count as stalled."""
+        since = self._fsync_since
+        self._cond.wait(max(0.001, since + self.stall_timeout - time.monotonic()) if since is not None else 0.05)
+
+    def _fsync_unlocked(self, segs: list[_Open]) -> tuple[list[OSError | None], float | None]:
+        """fsync `segs` with the lock let go (held on entry and on return), timed for the stall check.
+        Returns each one's error (None: synced) and, when these fsyncs had stalled the log, when they began: the
+        log is healthy again, unless one failed (the caller marks that), then `_said_recovered` says so."""
+        results: list[OSError | None] = []
+        self._fsync_since = started = time.monotonic()
+        self._lock.release()
+        try:
+            for seg in segs:
+                try:
+                    self.fsync(seg.fd)
+                    results.append(None)
+                except OSError as e:
+                    results.append(e)
+        finally:
+            self._lock.acquire()
+            self._fsync_since = None
+        self._last_sync = time.monotonic()
+        stalled, self._stalled = self._stalled, False
+        if stalled:  # the stalled fsync returned: healthy again, unless it failed
+            self.failing = None
+            self.metrics.set("wt_otel_segment_fsync_stalled", 0)
+        return results, started if stalled else None
+
+    def _said_recovered(self, stalled_at: float | None) -> None:
+        if stalled_at is not None and self.failing is None:
+            log.warning("the stalled segment fsync returned after %.1fs: accepting exports again",
+                        self._last_sync - stalled_at)
+            if self.on_health is not None:
+                self.on_health(None)
 
     def _fail_locked(self, seg: _Open, e: OSError) -> None:
         seg.error = f"cannot fsync {SEGMENTS}/{segment_name(seg.generation, SIGNALS[seg.signal])}: {e.strerror or e}"
@@ -468,27 +526,10 @@ class SegmentLog:
             batch = [(self._open[s], self._open[s].size, self._open[s].epoch) for s in self._dirty if s in self._open]
             self._dirty.clear()
             entries, self._pending = self._pending, 0
-            results: list[OSError | None] = []
-            self._fsync_since = started = time.monotonic()
-            self._lock.release()
-            try:
-                for seg, _size, _epoch in batch:
-                    try:
-                        self.fsync(seg.fd)
-                        results.append(None)
-                    except OSError as e:
-                        results.append(e)
-            finally:
-                self._lock.acquire()
-                self._fsync_since = None
-            self._last_sync = time.monotonic()
-            stalled, self._stalled = self._stalled, False
-            if stalled:  # the stalled fsync returned: healthy again, unless it failed (marked just below)
-                self.failing = None
-                self.metrics.set("wt_otel_segment_fsync_stalled", 0)
+            results, stalled_at = self._fsync_unlocked([seg for seg, _, _ in batch])
             for (seg, size, epoch), err in zip(batch, results, strict=True):
                 if seg.closed or seg.epoch != epoch:
-                    continue  # rotation synced it, or a failed write cut it: nothing to record
+                    continue  # a failed write cut it: nothing to record
                 if err is None:
                     seg.committed = max(seg.committed, size)
                     self.metrics.inc("wt_otel_segment_fsyncs_total")
@@ -497,11 +538,7 @@ class SegmentLog:
             if batch:
                 self.metrics.inc("wt_otel_segment_commit_batches_total")
                 self.metrics.inc("wt_otel_segment_commit_entries_total", entries)
-            if stalled and self.failing is None:
-                log.warning("the stalled segment fsync returned after %.1fs: accepting exports again",
-                            self._last_sync - started)
-                if self.on_health is not None:
-                    self.on_health(None)
+            self._said_recovered(stalled_at)
         finally:
             self._committing = False
             self._cond.notify_all()
@@ -520,7 +557,7 @@ class SegmentLog:
                 candidates.append(needed)
             cp = min(candidates)
             if self._open and time.monotonic() - self._born > self.segment_max_age:
-                self._rotate_locked()  # so a quiet log's generation can be deleted once written
+                self._rotate_locked(self._generation)  # so a quiet log's generation can be deleted once written
         if cp != self._checkpoint.position:
             self._write_checkpoint(cp)
         self._delete_below(split(cp)[0])
@@ -595,14 +632,7 @@ class SegmentLog:
                     return
                 self._cond.wait(left)
         with self._lock:
-            for seg in self._open.values():
-                self._sync_locked(seg)
-                os.close(seg.fd)
-                seg.closed = True
-            self._open.clear()
-            self._closed_at[self._generation] = time.time()
-            self._generation += 1
-            self._cond.notify_all()
+            self._rotate_locked(self._generation)
             floor = position(self._generation, 0, 0)
             cp = min([floor, *self._pinned(), *([needed] if needed is not None and needed >= 0 else [])])
         if cp != self._checkpoint.position:

@@ -23,7 +23,7 @@ from wt_otel.ingest.dumps import read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.config import AssemblerConfig, DurabilityConfig, ReceiversConfig, ServeConfig
-from wt_otel.serve.segments import CHECKPOINT, SEGMENTS, SegmentFull, SegmentLog, SegmentUnavailable, split
+from wt_otel.serve.segments import CHECKPOINT, SEGMENTS, SegmentFull, SegmentLog, SegmentUnavailable, Ticket, split
 from wt_otel.serve.server import Server
 
 
@@ -453,6 +453,41 @@ def test_a_stalled_fsync_refuses_new_appends_at_once_and_clears_when_it_returns(
         log.wait(log.append("traces", b"\x0a\x00"))
     finally:
         disk.go.set()
+        log.close()
+
+
+def test_a_rotation_whose_fsync_stalls_refuses_appends_instead_of_holding_them_on_the_lock(tmp_path: Path) -> None:
+    """Closing a generation fsyncs its files. That fsync runs as a commit, with the log's lock let go: when the
+    disk hangs there, other appends are refused once it counts as stalled (they used to wait on the lock for
+    as long as the fsync hung, every receiver thread with them). When it returns, the rotation completes and
+    the next generation takes the appends; what was appended before is durable."""
+    log = SegmentLog(tmp_path, commit_interval=0, stall_timeout=0.2, segment_bytes=64)
+    entry = b"\x0a\x00" * 20  # 44 bytes framed: the second one crosses segment_bytes
+    try:
+        log.wait(log.append("traces", entry))
+        unsynced = log.append("traces", entry[:10])  # no wait: the rotation's fsync is the one to sync it
+        disk = log.fsync = _StuckDisk(log.fsync)
+        rotated: list[Ticket] = []
+        rotating = threading.Thread(target=lambda: rotated.append(log.append("traces", entry)))
+        rotating.start()
+        assert disk.entered.wait(5)
+        started = time.monotonic()
+        with pytest.raises(SegmentUnavailable, match="has not returned for 0.2s"):
+            log.append("traces", entry)
+        assert time.monotonic() - started < 5  # refused at the stall, not when the disk comes back
+        with pytest.raises(SegmentUnavailable, match="has not returned"):
+            log.wait(unsynced, timeout=30)
+        disk.go.set()
+        rotating.join(10)
+        assert not rotating.is_alive() and len(rotated) == 1
+        assert unsynced.segment.closed and unsynced.segment.committed >= unsynced.end  # durable, whole
+        assert split(rotated[0].pos)[0] == split(unsynced.pos)[0] + 1  # the next generation took it
+        log.wait(rotated[0])
+        assert log.failing is None
+        log.wait(log.append("traces", entry))
+    finally:
+        if isinstance(log.fsync, _StuckDisk):
+            log.fsync.go.set()
         log.close()
 
 
