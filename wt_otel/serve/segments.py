@@ -180,6 +180,7 @@ class SegmentLog:
         self._dirty: set[int] = set()  # signals with unsynced bytes
         self._committing = False  # a waiter is running a group commit, or a rotation (the others wait for it)
         self._rotating = False  # ... a rotation: appends wait for it (they go to the next generation)
+        self._rotation_wanted = False  # one waits for the commit under way: the next is the rotation's
         # when that commit's fsyncs began (monotonic; None: not in an fsync). Past `stall_timeout` the disk is
         # stalled: appends are refused at once and waiters give up, rather than each holding a receiver 30 s
         self.stall_timeout = stall_timeout
@@ -324,7 +325,7 @@ class SegmentLog:
                     raise SegmentUnavailable(seg.error or "the segment could not be fsynced")
                 if seg.committed >= ticket.end:
                     return
-                if not self._committing and self._dirty:
+                if not self._committing and self._dirty and not self._rotation_wanted:
                     self._commit_locked()
                     continue
                 if (stall := self._stall_locked()) is not None:
@@ -388,10 +389,14 @@ class SegmentLog:
         waiting for it. A disk that hangs then stalls it as it stalls a commit (appends refused past
         `stall_timeout`), instead of holding every receiver on the lock. Nothing is done when the generation
         was closed meanwhile, or when the log is stalled."""
-        while self._committing:
-            if self._stall_locked() is not None:
-                return
-            self._wait_locked()
+        self._rotation_wanted = True  # no new commit starts meanwhile: the rotation syncs for their waiters
+        try:
+            while self._committing:
+                if self._stall_locked() is not None:
+                    return
+                self._wait_locked()
+        finally:
+            self._rotation_wanted = False
         if self._generation != generation:
             return
         self._committing = self._rotating = True
