@@ -281,26 +281,34 @@ class DataDirStore:
         reads, follows the segments' retention instead of growing forever. The archive is appended and
         fsynced before the index is replaced (a rename): a crash between them repeats lines in the archive,
         never loses one. The key table is then read again from the shorter index (offsets moved)."""
-        moved: list[bytes] = []
-        keys: set[str] = set()
+        moved = sessions = offset = 0
         tmp = self.root / f".{INDEX}.compact"
-        try:
-            with open(self.root / INDEX, "rb") as src, open(tmp, "wb") as dst:
+        try:  # both files written as the index is read: memory stays flat however many lines move
+            with open(self.root / INDEX, "rb") as src, open(tmp, "wb") as dst, \
+                    open(self.root / ARCHIVE, "a+b") as archive:
+                end = os.fstat(archive.fileno()).st_size
+                if end and os.pread(archive.fileno(), 1, end - 1) != b"\n":
+                    archive.write(b"\n")  # a torn tail (a full disk before): ours start on a line of their own
                 for raw in src:
                     key = _line_key(raw)
                     state = self._keys.get(key) if key is not None else None
                     if state is not None and state.kept == INDEXED and state.pos is not None \
                             and not self._spans_kept(state.pos):
-                        moved.append(raw if raw.endswith(b"\n") else raw + b"\n")
-                        keys.add(key)  # type: ignore[arg-type]  # not None: it has a state
+                        archive.write(raw)
+                        moved += 1
+                        sessions += offset == state.line  # its latest line
                     else:
                         dst.write(raw)
-                dst.flush()
-                os.fsync(dst.fileno())
+                    offset += len(raw)
+                for f in (dst, archive):
+                    f.flush()
+                    os.fsync(f.fileno())
             if not moved:  # every such line is an older revision of a key still kept: nothing to gain
                 tmp.unlink()
+                with contextlib.suppress(OSError):
+                    if (self.root / ARCHIVE).stat().st_size == 0:
+                        (self.root / ARCHIVE).unlink()
                 return
-            Journal(self.root / ARCHIVE).append(moved, encoded=True)  # fsynced
             os.replace(tmp, self.root / INDEX)
             fsync_dir(self.root)
         except OSError as e:  # a full disk, say: the index stays as it was, read as it was
@@ -313,8 +321,8 @@ class DataDirStore:
         self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
         self._present = None
         self._index.read(_index_entry, what="not an index entry", into=self._load, loads=_index_loads)
-        self.recovery.append(f"{INDEX}: moved {len(moved)} line(s) of {len(keys)} session(s) kept by reference whose "
-                             f"segments retention removed to {ARCHIVE}; {self._lines - len(moved)} line(s) left")
+        self.recovery.append(f"{INDEX}: moved {moved} line(s) of {sessions} session(s) kept by reference whose "
+                             f"segments retention removed to {ARCHIVE}; {self._lines - moved} line(s) left")
 
     def _clean_temp_dirs(self) -> None:
         """Remove half-built revisions; put back a previous revision caught mid-swap."""

@@ -361,6 +361,7 @@ def test_a_start_moves_the_lines_of_sessions_whose_segments_are_gone_to_the_arch
     index = fast_dir / "sessions.ndjsonl"
     index.write_bytes(index.read_bytes() + b"not an index line\n")
     before = {k: e for k, e in read_index(fast_dir).latest().items()}
+    (fast_dir / "sessions.archive.ndjsonl").write_bytes(b'{"torn by a full disk')  # ours start on a new line
     incident = weather_session(tid(23))
     incident[0].attributes["wt.incident"] = "INC-9"
     server = serve(fast_dir, incident)
@@ -369,7 +370,9 @@ def test_a_start_moves_the_lines_of_sessions_whose_segments_are_gone_to_the_arch
     assert set(left.latest()) == {tid(22), tid(23)}
     assert left.latest()[tid(22)] == before[tid(22)]
     assert any("not an index entry" in p for p in left.problems)  # a line it cannot read stays where it was
-    archived = [json.loads(line) for line in (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()]
+    torn, *lines = (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()
+    archived = [json.loads(line) for line in lines]
+    assert torn == '{"torn by a full disk'
     assert sorted(e["key"] for e in archived) == [tid(20), tid(21)]
     assert archived == [before[tid(20)], before[tid(21)]]  # the very lines, moved
     assert not list(fast_dir.glob(".sessions.ndjsonl.*"))
@@ -417,7 +420,7 @@ def test_an_archiving_start_that_cannot_replace_the_index_leaves_it_whole(fast_d
     assert (fast_dir / "sessions.ndjsonl").read_bytes() == before
     assert not list(fast_dir.glob(".sessions.ndjsonl.*"))
     with DataDirStore(fast_dir, render="flagged", archive_gone=True) as store:
-        assert store.unrendered() == [tid(27)]
+        assert store.unrendered() == [tid(27)], store.recovery
     assert set(read_index(fast_dir).latest()) == {tid(27)}
     archived = (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()
     assert [json.loads(line)["key"] for line in archived] == [tid(26), tid(26)]
