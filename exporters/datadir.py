@@ -276,39 +276,32 @@ class DataDirStore:
         return self._present is not None and generation_of(pos) in self._present
 
     def _archive_gone(self, keys_in_memory: int) -> None:
-        """Move the index lines of every key whose latest revision is kept by reference into spans retention
-        removed (it can never be rendered) to `sessions.archive.ndjsonl`, so the index, and what each start
-        reads, follows the segments' retention instead of growing forever. The archive is appended and
-        fsynced before the index is replaced (a rename): a crash between them repeats lines in the archive,
-        never loses one. The key table is then read again from the shorter index (offsets moved)."""
-        moved = sessions = offset = 0
+        """Move the index lines of sessions kept by reference into spans retention removed to
+        `sessions.archive.ndjsonl`, so the index, and what each start reads, follows the segments' retention
+        instead of growing forever. Line by line, no key looked up: a later revision of a session holds its
+        earlier spans too, so when an earlier one's spans are gone, the later one's are (retention removes the
+        oldest first). Rendered lines never move (their directories are the data).
+
+        Both files are written as the index is read (memory stays flat); the archive is fsynced before the
+        index is replaced (a rename), so a crash between them repeats lines in the archive, never loses one.
+        The key table is then read again from the shorter index (offsets moved)."""
+        moved = 0
         tmp = self.root / f".{INDEX}.compact"
-        try:  # both files written as the index is read: memory stays flat however many lines move
+        try:
             with open(self.root / INDEX, "rb") as src, open(tmp, "wb") as dst, \
                     open(self.root / ARCHIVE, "a+b") as archive:
                 end = os.fstat(archive.fileno()).st_size
                 if end and os.pread(archive.fileno(), 1, end - 1) != b"\n":
                     archive.write(b"\n")  # a torn tail (a full disk before): ours start on a line of their own
                 for raw in src:
-                    key = _line_key(raw)
-                    state = self._keys.get(key) if key is not None else None
-                    if state is not None and state.kept == INDEXED and state.pos is not None \
-                            and not self._spans_kept(state.pos):
+                    if self._gone_line(raw):
                         archive.write(raw)
                         moved += 1
-                        sessions += offset == state.line  # its latest line
                     else:
                         dst.write(raw)
-                    offset += len(raw)
                 for f in (dst, archive):
                     f.flush()
                     os.fsync(f.fileno())
-            if not moved:  # every such line is an older revision of a key still kept: nothing to gain
-                tmp.unlink()
-                with contextlib.suppress(OSError):
-                    if (self.root / ARCHIVE).stat().st_size == 0:
-                        (self.root / ARCHIVE).unlink()
-                return
             os.replace(tmp, self.root / INDEX)
             fsync_dir(self.root)
         except OSError as e:  # a full disk, say: the index stays as it was, read as it was
@@ -321,8 +314,21 @@ class DataDirStore:
         self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
         self._present = None
         self._index.read(_index_entry, what="not an index entry", into=self._load, loads=_index_loads)
-        self.recovery.append(f"{INDEX}: moved {moved} line(s) of {sessions} session(s) kept by reference whose "
-                             f"segments retention removed to {ARCHIVE}; {self._lines - moved} line(s) left")
+        self.recovery.append(f"{INDEX}: moved {moved} line(s) of sessions kept by reference whose segments retention "
+                             f"removed to {ARCHIVE}; {self._lines - moved} line(s) left")
+
+    def _gone_line(self, raw: bytes) -> bool:
+        """Whether an index line is a session kept by reference whose first spans' generation is gone (a line
+        that does not parse is kept where it is, as the read kept it)."""
+        try:
+            e = _index_loads(raw)
+        except ValueError:
+            return False
+        if not isinstance(e, dict):
+            return False
+        pos = e.get("segment_pos")
+        return e.get("rendered") is False and isinstance(e.get("segments"), list) and isinstance(pos, int) \
+            and not isinstance(pos, bool) and not self._spans_kept(pos)
 
     def _clean_temp_dirs(self) -> None:
         """Remove half-built revisions; put back a previous revision caught mid-swap."""
@@ -843,10 +849,13 @@ class DataDirStore:
         dest = self.sessions / slug
         files = job_files(RenderJob(str(dest), slug, session=session), render)
         self.write_dir(dest, files, force=True, durable=True)
-        revision = self._state_for(session).revision + 1
-        entry = self._entry(session, slug, revision, sorted(files), rendered=True)
-        self._append(entry)
         state = self._state_for(session)
+        revision = state.revision + 1
+        entry = self._entry(session, slug, revision, sorted(files), rendered=True)
+        if state.content is not None:  # the same records: a restart's replay of them is this session, not a new one
+            entry["content"], entry["segment_pos"] = state.content, state.pos
+        self._append(entry)
+        state = self._state_for(session)  # fetched again: appending may have used many keys
         state.revision, state.kept = revision, RENDERED
         self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
@@ -1070,15 +1079,12 @@ def _line_field(raw: bytes, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _line_key(raw: bytes) -> str | None:
-    return _line_field(raw, "key")
-
-
 def _archived(root: Path, name: str) -> bool:
     """Whether `name` (a key or slug) is in the archive; read through only to explain an unknown name."""
     try:
         with open(root / ARCHIVE, "rb") as f:
-            return any(name.encode() in raw and name in (_line_key(raw), _line_field(raw, "slug")) for raw in f)
+            return any(name.encode() in raw and name in (_line_field(raw, "key"), _line_field(raw, "slug"))
+                       for raw in f)
     except OSError:
         return False
 

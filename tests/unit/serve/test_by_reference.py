@@ -356,6 +356,8 @@ def test_a_start_moves_the_lines_of_sessions_whose_segments_are_gone_to_the_arch
     what each start reads stops growing forever. Nothing else moves; the kept sessions left render."""
     monkeypatch.setattr("wt_otel.exporters.datadir.ARCHIVE_MIN_LINES", 1)
     serve(fast_dir, weather_session(tid(20)) + weather_session(tid(21)))
+    flagged = CliRunner().invoke(main, ["flag", tid(21), "--data-dir", str(fast_dir), "--no-queue"])
+    assert flagged.exit_code == 0, flagged.output  # rendered as revision 2: its directory is the data now
     serve(fast_dir, weather_session(tid(22)))
     _drop_oldest_generation(fast_dir)  # tid 20 and 21's spans
     index = fast_dir / "sessions.ndjsonl"
@@ -365,16 +367,17 @@ def test_a_start_moves_the_lines_of_sessions_whose_segments_are_gone_to_the_arch
     incident = weather_session(tid(23))
     incident[0].attributes["wt.incident"] = "INC-9"
     server = serve(fast_dir, incident)
-    assert any("moved 2 line(s) of 2 session(s)" in r for r in server.recovery), server.recovery
+    assert any("moved 2 line(s) of sessions kept by reference" in r for r in server.recovery), server.recovery
     left = read_index(fast_dir)
-    assert set(left.latest()) == {tid(22), tid(23)}
+    assert set(left.latest()) == {tid(21), tid(22), tid(23)}
     assert left.latest()[tid(22)] == before[tid(22)]
+    assert left.latest()[tid(21)] == before[tid(21)] and before[tid(21)]["rendered"]  # only its revision 1 moved
     assert any("not an index entry" in p for p in left.problems)  # a line it cannot read stays where it was
     torn, *lines = (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()
     archived = [json.loads(line) for line in lines]
     assert torn == '{"torn by a full disk'
-    assert sorted(e["key"] for e in archived) == [tid(20), tid(21)]
-    assert archived == [before[tid(20)], before[tid(21)]]  # the very lines, moved
+    assert [(e["key"], e["revision"]) for e in archived] == [(tid(20), 1), (tid(21), 1)]
+    assert archived[0] == before[tid(20)]  # the very line, moved
     assert not list(fast_dir.glob(".sessions.ndjsonl.*"))
 
     with caplog.at_level(logging.WARNING, logger="wt_otel.datadir"):
@@ -424,3 +427,21 @@ def test_an_archiving_start_that_cannot_replace_the_index_leaves_it_whole(fast_d
     assert set(read_index(fast_dir).latest()) == {tid(27)}
     archived = (fast_dir / "sessions.archive.ndjsonl").read_text().splitlines()
     assert [json.loads(line)["key"] for line in archived] == [tid(26), tid(26)]
+
+
+@pytest.mark.parametrize("command", [["flag", "{key}", "--no-queue"], ["sessions", "render", "{key}"]])
+def test_a_kept_session_rendered_by_hand_is_not_written_again_by_the_next_start(fast_dir: Path,
+                                                                               command: list[str]) -> None:
+    """A restart replays the records of sessions still in their late-span window. A kept session rendered (or
+    flagged) by hand meanwhile is the same records: its new revision says so (content, segment_pos), so the
+    replay recognises it instead of writing its spans again as a continuation `KEY~2`."""
+    serve(fast_dir, weather_session(tid(30)))
+    res = CliRunner().invoke(main, [a.format(key=tid(30)) for a in command] + ["--data-dir", str(fast_dir)])
+    assert res.exit_code == 0, res.output
+    rendered = read_index(fast_dir).latest()[tid(30)]
+    assert rendered["rendered"] is True and rendered["revision"] == 2
+    server = serve(fast_dir, [])
+    assert any("replayed" in r for r in server.recovery), server.recovery  # its records were replayed
+    latest = read_index(fast_dir).latest()
+    assert set(latest) == {tid(30)}, sorted(latest)
+    assert latest[tid(30)] == rendered
