@@ -3,7 +3,8 @@
 A restart (a deploy, or after a kill -9) opens the receivers only once serve has read its data dir: every
 index line (the key table of every session it holds: slugs, revisions, where a kept session's line is)
 and the head of every segment file (torn tails). A serve that has run for weeks holds millions of
-sessions, so this grows with what it kept; this bench shows by how much.
+sessions (up to what the segments' retention keeps: older lines move to an archive, docs/data-dir.md),
+so this grows with what it kept; this bench shows by how much.
 
 It fills a data dir (tmpfs by default) with the ingest bench's requests through the receivers' own
 `export()` (500 spans, 50 agent sessions kept by reference each; fresh ids), stops serve, then times, in
