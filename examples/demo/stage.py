@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -46,9 +47,30 @@ CRM = {
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now, chosen below the kernel's ephemeral range. The demo hands it to the candidate agent at
+    start and binds it only at replay time; a port from the ephemeral range (what binding port 0 gives) can be
+    taken meanwhile by any outgoing connection, and the replay's LLM server then fails with EADDRINUSE (seen
+    in CI)."""
+    low = ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # that whole stretch in use: the kernel's choice, as before
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (Linux; elsewhere, the lowest default of any OS)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def crm_tools() -> UniverseMCPServer:

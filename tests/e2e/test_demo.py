@@ -30,3 +30,13 @@ def test_the_demo_replays_the_flagged_incident_and_shows_where_everything_went(t
     assert scenario["attributes"]["wt.verdict"] == "FAIL" and scenario["links"]
     [row] = [json.loads(line) for line in (out / "wt-data/runs/ledger.ndjsonl").read_text().splitlines()]
     assert row["verdict"] == "FAIL" and row["origin"] == "INC-DEMO-1"
+
+
+def test_the_demo_reserves_its_ports_outside_the_ephemeral_range() -> None:
+    """The replay binds the model port minutes after the demo chose it: a port any outgoing connection could
+    take meanwhile (the kernel's ephemeral range) made the replay fail with EADDRINUSE."""
+    from examples.demo.stage import ephemeral_low, free_port
+
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= p < ephemeral_low() for p in ports), sorted(ports)
+    assert len(ports) > 1  # chosen at random, not one fixed port
