@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -102,9 +101,11 @@ def phoenix_executable() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """The demo's (below the kernel's ephemeral range): Phoenix binds these seconds after they are chosen, and
+    meanwhile every `/healthz` poll is an outgoing connection that could be given an ephemeral port."""
+    from examples.demo.stage import free_port as reserved_port
+
+    return reserved_port()
 
 
 @dataclass
