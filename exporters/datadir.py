@@ -232,7 +232,7 @@ class DataDirStore:
         self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
         # serve (`archive_gone`): the segment generations on disk, to count the lines of kept sessions whose
         # spans retention removed (None: not counted)
-        self._present = _segment_generations(self.root) if archive_gone else None
+        self._present = generations_on_disk(self.root / SEGMENT_DIR) if archive_gone else None
         self._lines = self._gone_lines = 0
         self.recovery.extend(self._index.read(_index_entry, what="not an index entry", into=self._load,
                                               loads=_index_loads).problems)
@@ -1063,10 +1063,6 @@ class DataDirStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _segment_generations(root: Path) -> set[int] | None:
-    return generations_on_disk(root / SEGMENT_DIR)
 
 
 def _line_field(raw: bytes, name: str) -> str | None:

@@ -42,6 +42,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Phoenix binds its ports seconds after they are chosen, while every `/healthz` poll is an outgoing connection:
+# the demo's helper chooses them below the kernel's ephemeral range, where no such connection can take them
+from examples.demo.stage import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PHOENIX_VERSION = "20.26.1"  # keep in step with PHOENIX_VERSION in the Makefile
 # What the UI tests leave for CI to keep (screenshots, page text, logs); gitignored.
@@ -98,14 +102,6 @@ def phoenix_executable() -> Path:
         raise PhoenixUnavailable(f"Phoenix is not installed: {exe} does not exist (run `make ui-env`, which "
                                  f"creates {ui_venv()} with arize-phoenix=={PHOENIX_VERSION})")
     return exe
-
-
-def free_port() -> int:
-    """The demo's (below the kernel's ephemeral range): Phoenix binds these seconds after they are chosen, and
-    meanwhile every `/healthz` poll is an outgoing connection that could be given an ephemeral port."""
-    from examples.demo.stage import free_port as reserved_port
-
-    return reserved_port()
 
 
 @dataclass

@@ -403,7 +403,7 @@ class SegmentLog:
         try:
             segs = list(self._open.values())
             unsynced = [seg for seg in segs if seg.committed < seg.size]
-            results, stalled_at = self._fsync_unlocked(unsynced)
+            results, stalled_at = self._fsync_unlocked(unsynced) if unsynced else ([], None)
             for seg, err in zip(unsynced, results, strict=True):
                 if err is None:
                     seg.committed = seg.size  # appends wait while `_rotating`: nothing was added meanwhile
