@@ -445,3 +445,17 @@ def test_a_kept_session_rendered_by_hand_is_not_written_again_by_the_next_start(
     latest = read_index(fast_dir).latest()
     assert set(latest) == {tid(30)}, sorted(latest)
     assert latest[tid(30)] == rendered
+
+
+def test_a_data_dir_without_its_segments_directory_archives_nothing(fast_dir: Path, monkeypatch) -> None:
+    """A data dir copied or restored without `segments/` is not retention at work: every kept session's line
+    stays in the index (rendering one says its segment is gone), none is moved to the archive."""
+    monkeypatch.setattr("wt_otel.exporters.datadir.ARCHIVE_MIN_LINES", 1)
+    serve(fast_dir, weather_session(tid(40)) + weather_session(tid(41)))
+    before = (fast_dir / "sessions.ndjsonl").read_bytes()
+    shutil.rmtree(fast_dir / "segments")
+    with DataDirStore(fast_dir, render="flagged", archive_gone=True) as store:
+        assert not any("moved" in r for r in store.recovery), store.recovery
+        assert sorted(store.unrendered()) == [tid(40), tid(41)]
+    assert (fast_dir / "sessions.ndjsonl").read_bytes() == before
+    assert not (fast_dir / "sessions.archive.ndjsonl").exists()
