@@ -70,6 +70,7 @@ class SessionKeys:
         self._tables: list[str] = []  # generation tables, oldest first; a key's newest row is its state
         self._rows = 0  # rows in the newest table
         self._path = path
+        self._taken = _Taken(self)  # asked for every new key: one view, not one each time
         if path is not None:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a crash's leftover: derived state, rebuilt from the index
@@ -120,7 +121,7 @@ class SessionKeys:
     @property
     def taken(self) -> _Taken:
         """For `unique_slug`: a slug is taken when a key has it or a directory bears it."""
-        return _Taken(self)
+        return self._taken
 
     def keys(self, kept: tuple[str, ...] | None = None) -> list[str]:
         """Every key (or those whose latest revision is kept one of these ways), in first-seen order."""
@@ -166,8 +167,8 @@ class SessionKeys:
     def _spill(self, all_keys: bool = False) -> None:
         """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
         n = len(self._mem) if all_keys else self.hot // 4
-        items = list(itertools.islice(self._mem.items(), n))
-        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq, s.line) for k, s in items]
+        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq, s.line)
+                for k, s in itertools.islice(self._mem.items(), n)]
         new = not self._tables or self._rows >= self.rows_per_table
         table = f"keys_{len(self._tables)}" if new else self._tables[-1]
         try:
@@ -193,10 +194,11 @@ class SessionKeys:
         self._spill_at = self.hot
         if all_keys:
             return
-        for key, state in items:
+        by_slug = self._by_slug
+        for key, slug, *_ in rows:
             del self._mem[key]
-            if self._by_slug.get(state.slug) == key:
-                del self._by_slug[state.slug]
+            if by_slug.get(slug) == key:
+                del by_slug[slug]
 
 
 class _Bloom:

@@ -85,7 +85,7 @@ class _Group:
     last_seen: float = 0.0
     root_ended: bool = False
     continuation_of: str | None = None
-    absorbed: list[str] = field(default_factory=list)
+    absorbed: tuple[str, ...] = ()  # keys of sessions written on their own, then merged into this one
     retained_at: float = 0.0
     nbytes: int = 0  # estimated bytes of `records`
     count: int = 0  # spans and log records in `records` (a SpanRefs holds several)
@@ -302,19 +302,10 @@ class SessionAssembler:
         """Records of one trace and conversation id, in order; returns those left when the session reached
         `max_records_per_session` (they go to its continuation)."""
         by_trace, by_conv = self._by_trace.get(trace_id), self._by_conv.get(conv) if conv else None
-        keys = {k for k in (by_trace, by_conv) if k} if by_trace or by_conv else ()
-        groups = [self._reopen(k, now) for k in sorted(keys)]
-        live = [g for g in groups if g is not None]
-        if not live:
-            tomb = next((self._retained.get(k) for k in keys if k in self._retained), None)
-            base = (tomb.continuation_of or tomb.key) if tomb else trace_id
-            group = self._start(base, now, continuation=tomb is not None,
-                                replayed=0 <= run[0].segment_pos < self.replay_below)
+        if by_trace is None and by_conv is None:  # a session not seen before (most runs): nothing to reopen or merge
+            group = self._start(trace_id, now, replayed=0 <= run[0].segment_pos < self.replay_below)
         else:
-            group = min(live, key=lambda g: g.created)
-            for other in live:
-                if other is not group:
-                    self._merge(group, other)
+            group = self._joined({k for k in (by_trace, by_conv) if k}, trace_id, run, now)
         run, rest = _take(run, max(1, self.max_records_per_session - group.count))
         self._attach(group, run, trace_id, conv, now)
         if group.count >= self.max_records_per_session:
@@ -329,6 +320,22 @@ class SessionAssembler:
             else:
                 self._emit(oldest, now, complete=False, reason="max_open_sessions")
         return rest
+
+    def _joined(self, keys: set[str], trace_id: str, run: list[Held], now: float) -> _Group:
+        """The group a run joins when its trace or conversation id was seen: the oldest live one of `keys`
+        (the others merged into it), or a continuation of a tombstone's session."""
+        groups = [self._reopen(k, now) for k in sorted(keys)]
+        live = [g for g in groups if g is not None]
+        if not live:
+            tomb = next((self._retained.get(k) for k in keys if k in self._retained), None)
+            base = (tomb.continuation_of or tomb.key) if tomb else trace_id
+            return self._start(base, now, continuation=tomb is not None,
+                               replayed=0 <= run[0].segment_pos < self.replay_below)
+        group = min(live, key=lambda g: g.created)
+        for other in live:
+            if other is not group:
+                self._merge(group, other)
+        return group
 
     def _enforce_bytes(self, now: float) -> None:
         """Past `max_held_bytes`: drop retained records (oldest first), then write open sessions early."""
@@ -391,9 +398,7 @@ class SessionAssembler:
             into.min_pos = other.min_pos
             heapq.heappush(self._positions, (into.min_pos, into.key))
         into.root_ended = into.root_ended or other.root_ended  # `_attach` (next) files it under `_root_ended`
-        if self._is_written(other.key):
-            into.absorbed.append(other.key)
-        into.absorbed.extend(other.absorbed)
+        into.absorbed += ((other.key,) if self._is_written(other.key) else ()) + other.absorbed
         for t in other.traces:
             self._by_trace[t] = into.key
         for c in other.convs:
@@ -401,22 +406,29 @@ class SessionAssembler:
 
     def _attach(self, group: _Group, run: list[Held], trace_id: str, conv: str | None, now: float) -> None:
         group.held.extend(run)
-        pos = min(r.segment_pos for r in run)
+        pos = min(r.segment_pos for r in run) if len(run) > 1 else run[0].segment_pos
         if pos >= 0 and (group.min_pos < 0 or pos < group.min_pos):
             group.min_pos = pos
             heapq.heappush(self._positions, (pos, group.key))
-        size = sum(map(record_bytes, run))
+        size = count = 0
+        rooted = ended = False
         for record in run:
+            size += record_bytes(record)
             if isinstance(record, SpanRefs):
-                group.count += len(record.ordinals)
-                operations = [op for _, op in record.roots]
+                count += len(record.ordinals)
+                for _, op in record.roots:
+                    rooted = True
+                    ended = ended or op not in INFERENCE_OPERATIONS
             else:
-                group.count += 1
-                operations = [] if isinstance(record, LogRecord) or record.parent_span_id else [operation(record)]
-            if operations:
-                group.roots.add(trace_id)
-                if any(op not in INFERENCE_OPERATIONS for op in operations):  # an agent root: the session ends
-                    group.root_ended = True
+                count += 1
+                if not isinstance(record, LogRecord) and not record.parent_span_id:
+                    rooted = True
+                    ended = ended or operation(record) not in INFERENCE_OPERATIONS
+        group.count += count
+        if rooted:
+            group.roots.add(trace_id)
+            if ended:  # an agent root (not a bare inference call): the session ends
+                group.root_ended = True
         group.nbytes += size
         self._open_bytes += size
         group.traces.add(trace_id)
