@@ -266,6 +266,7 @@ class DataDirStore:
         state.content = content if isinstance(content, str) else None
         state.pos = pos if isinstance(pos, int) and not isinstance(pos, bool) else None
         state.line = offset if by_reference else None
+        state.note_flag(e)
         if self._present is not None:
             self._lines += 1
             self._gone_lines += by_reference and state.pos is not None and not self._spans_kept(state.pos)
@@ -452,6 +453,8 @@ class DataDirStore:
             if state is not None and state.content == content and highest < self.replayed_below:
                 self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
                 return True
+            if state is not None and state.flagged:  # an incident (flagged by hand, say): built and rendered as one
+                return False
             # the one string from the trace (ids are hex): made JSON-safe here
             conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
             if state is None:
@@ -506,11 +509,16 @@ class DataDirStore:
         return found[-1]
 
     def _state_for(self, session: Session) -> KeyState:
-        """The session key's state; a new key gets its slug (never changed after)."""
+        """The session key's state; a new key gets its slug (never changed after). A key flagged before
+        (by hand, say: `wt-otel flag`) flags the session too: a later revision, with late spans, is the
+        same incident, and spans that do not say so must not undo the flag."""
         state = self._keys.get(session.key)
         if state is None:
             text = session.flag_ref or session.conversation_id or session.key
             state = self._keys.add(session.key, unique_slug(text, session.key, self._keys.taken))
+        elif state.flagged and not session.flagged:
+            session.flagged, session.flag_ref, session.flag_reason = True, state.flag_ref, state.flag_reason
+            session.flag_refs = [state.flag_ref] if state.flag_ref else []
         return state
 
     def write(self, session: Session, spans: object = None) -> Written | None:
@@ -597,6 +605,7 @@ class DataDirStore:
         state = self._known_state(key)
         state.revision = max(state.revision, revision)
         state.kept, state.content, state.pos = RAW if raw else RENDERED, entry.get("content"), entry.get("segment_pos")
+        state.note_flag(entry)
         self.metrics.inc("wt_otel_sessions_written_total")
         if raw:
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
@@ -857,6 +866,7 @@ class DataDirStore:
         self._append(entry)
         state = self._state_for(session)  # fetched again: appending may have used many keys
         state.revision, state.kept = revision, RENDERED
+        state.note_flag(entry)
         self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -899,7 +909,9 @@ class DataDirStore:
             if state.content is not None:  # the same records: a replay must not undo the flag with a "new" revision
                 entry["content"], entry["segment_pos"] = state.content, state.pos
             self._append(entry)
-            self._known_state(key).revision = revision  # fetched again: appending may have used many keys
+            state = self._known_state(key)  # fetched again: appending may have used many keys
+            state.revision = revision
+            state.note_flag(entry)
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
     def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
         """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""

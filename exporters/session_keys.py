@@ -1,13 +1,15 @@
 """What the data-dir store knows of every session key it holds, in bounded memory.
 
 Per key: its slug (chosen once, never changed), its latest revision, how that revision is kept
-(rendered, raw records, or by reference to serve's segment log) and which records it came from
-(content digest, lowest segment position: restart dedupe). A serve that runs for months writes
-millions of keys; held in dicts they cost ~0.5 KiB each, forever. So the most recently used keys live
-in memory (`hot` of them) and the rest in a private SQLite database with a page cache of 8 MiB: a file
-beside the index (the data-dir store passes `path`: on the data dir's own disk, sized with it, and
-never in a memory-backed /tmp), deleted when closed and replaced at the next start; or, without a
-path, SQLite's own temporary file.
+(rendered, raw records, or by reference to serve's segment log), which records it came from
+(content digest, lowest segment position: restart dedupe) and the flag any revision had (a flag
+holds for the later revisions: `wt-otel flag` is said once, and late spans do not undo it).
+
+A serve that runs for months writes millions of keys; held in dicts they cost ~0.5 KiB each, forever. So
+the most recently used keys live in memory (`hot` of them) and the rest in a private SQLite database
+with a page cache of 8 MiB: a file beside the index (the data-dir store passes `path`: on the data dir's
+own disk, sized with it, and never in a memory-backed /tmp), deleted when closed and replaced at the
+next start; or, without a path, SQLite's own temporary file.
 
 Keys are random (trace ids), so one B-tree over all of them costs a page read and write per insert
 once it outgrows the cache (15 µs a key at 300,000 keys, growing). Keys leave memory instead into
@@ -34,8 +36,8 @@ log = logging.getLogger("wt_otel.datadir")
 
 RENDERED, RAW, INDEXED = "rendered", "raw", "indexed"  # how a key's latest revision is kept
 
-_COLUMNS = "slug, revision, kept, content, pos, seq, line"
-_Row = tuple[str, int, str, str | None, int | None, int, int | None]
+_COLUMNS = "slug, revision, kept, content, pos, seq, line, flag_ref, flag_reason"
+_Row = tuple[str, int, str, str | None, int | None, int, int | None, str | None, str | None]
 
 
 @dataclass(slots=True)
@@ -49,6 +51,19 @@ class KeyState:
     pos: int | None = None  # their lowest position in serve's segment log
     seq: int = 0  # first-seen order (index order)
     line: int | None = None  # byte offset of its latest index line, when kept by reference (read back on demand)
+    flag_ref: str | None = None  # the flag of the latest flagged revision (ref, reason): flagged when the reason is set
+    flag_reason: str | None = None
+
+    @property
+    def flagged(self) -> bool:
+        return self.flag_reason is not None
+
+    def note_flag(self, entry: dict[str, object]) -> None:
+        """Remember the flag of a revision just indexed (an unflagged one leaves an earlier flag in place)."""
+        if entry.get("flagged"):
+            ref, reason = entry.get("flag_ref"), entry.get("flag_reason")
+            self.flag_ref = ref if isinstance(ref, str) else None
+            self.flag_reason = reason if isinstance(reason, str) else "flagged"
 
 
 class SessionKeys:
@@ -167,7 +182,7 @@ class SessionKeys:
     def _spill(self, all_keys: bool = False) -> None:
         """Write the least recently used quarter (or, for a query over all keys, every key) to SQLite."""
         n = len(self._mem) if all_keys else self.hot // 4
-        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq, s.line)
+        rows = [(k, s.slug, s.revision, s.kept, s.content, s.pos, s.seq, s.line, s.flag_ref, s.flag_reason)
                 for k, s in itertools.islice(self._mem.items(), n)]
         new = not self._tables or self._rows >= self.rows_per_table
         table = f"keys_{len(self._tables)}" if new else self._tables[-1]
@@ -177,10 +192,11 @@ class SessionKeys:
                 if new:
                     self._db.execute(f"CREATE TABLE {table} (key TEXT PRIMARY KEY, slug TEXT NOT NULL, "
                                      "revision INTEGER NOT NULL, kept TEXT NOT NULL, content TEXT, pos INTEGER, "
-                                     "seq INTEGER NOT NULL, line INTEGER) WITHOUT ROWID")
+                                     "seq INTEGER NOT NULL, line INTEGER, flag_ref TEXT, flag_reason TEXT) "
+                                     "WITHOUT ROWID")
                     self._db.execute(f"CREATE INDEX {table}_slug ON {table} (slug)")
                 self._db.executemany(f"INSERT OR REPLACE INTO {table} (key, {_COLUMNS}) "  # noqa: S608 - ours
-                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         except sqlite3.Error as e:  # its temporary directory is full, say: keep them in memory, try again later
             if self._spill_at == self.hot:
                 log.warning("cannot move session keys out of memory (%s); keeping all %d in memory for now",

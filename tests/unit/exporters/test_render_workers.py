@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.support.livehelpers import tid, weather_session
+from tests.support.livehelpers import assistant, chat, tid, user, weather_session
 from tests.support.paths import PRODUCERS
 from wt_otel.cli import main
-from wt_otel.components import CompletedSession
+from wt_otel.components import CompletedSession, IndexedSession
 from wt_otel.exporters.datadir import DataDirStore, read_index
 from wt_otel.exporters.rawfile import RAW_FILE, decode_records, encode_records
 from wt_otel.ingest.dumps import LineError, read_dump
 from wt_otel.ingest.sessions import attach_logs, build_session
+from wt_otel.model.spans import SpanRefs
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.server import build_pipeline
@@ -223,6 +224,32 @@ def test_flag_renders_a_kept_session(tmp_path):
     assert latest["rendered"] and latest["flagged"] and latest["flag_ref"] == "INC-9" and latest["revision"] == 2
     env = json.loads((tmp_path / "sessions" / slug / "incident.wtin.json").read_text())
     assert env["source"]["ref"] == "INC-9" and "wt-otel flag" in env["source"]["flag"]
+
+
+def test_a_flag_given_by_hand_holds_for_the_later_revisions(tmp_path):
+    """`wt-otel flag`, then a restart and late spans of the same session: the next revision is the same
+    incident (flagged, rendered), even with its key moved out of memory; serve no longer keeps it by reference."""
+    slug = kept_data_dir(tmp_path)
+    res = CliRunner().invoke(main, ["flag", slug, "--ref", "INC-9", "--data-dir", str(tmp_path), "--no-queue"])
+    assert res.exit_code == 0, res.output
+    late = [*weather_session(tid(3)), chat(tid(3), [user("and tomorrow?")], [assistant("Rain.")], start=6_000)]
+    store = DataDirStore(tmp_path, render="flagged", keys_in_memory=16)  # a restart: the key table from the index
+    try:
+        for n in range(40, 80):  # other sessions push tid(3)'s key out of memory, into the key table's SQLite
+            other = weather_session(tid(n))
+            store.write(build_session(other, key=tid(n)), other)
+        assert store.keep_indexed(IndexedSession(tid(3), [SpanRefs(tid(3), None, 0, [0, 1])], True)) is False
+        assert store.keep_indexed(IndexedSession(tid(99), [SpanRefs(tid(99), None, 0, [0, 1])], True)) is True
+        written = store.write(build_session(late, key=tid(3)), late)
+    finally:
+        store.close()
+    assert written is not None and written.slug == slug
+    latest = read_index(tmp_path).latest()[tid(3)]
+    assert latest["revision"] == 3 and latest["flagged"] and latest["flag_ref"] == "INC-9" and latest["rendered"]
+    assert "wt-otel flag" in latest["flag_reason"]
+    env = json.loads((tmp_path / "sessions" / slug / "incident.wtin.json").read_text())
+    assert env["source"]["ref"] == "INC-9" and "Rain." in json.dumps(env)
+    assert read_index(tmp_path).latest()[tid(40)]["flagged"] is False  # the others are untouched
 
 
 def test_sessions_render_failure_paths(tmp_path):
