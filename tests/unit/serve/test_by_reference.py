@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.support.livehelpers import tid, weather_session
 from tests.support.paths import PRODUCERS
 from wt_otel.cli import main
+from wt_otel.components import IndexedSession
 from wt_otel.exporters.datadir import DataDirStore, read_index
 from wt_otel.ingest import spanindex
 from wt_otel.ingest.dumps import LineError, read_dump
@@ -266,6 +267,32 @@ def test_content_capture_off_is_still_said_when_sessions_are_kept_by_reference(f
     said = [w for w in warnings if "records no message content" in w]
     assert len(said) == 1 and "order-bot" in said[0], warnings
     assert server.metrics.get("wt_otel_sessions_without_content_total", service="order-bot") == 1  # probed: one
+
+
+@pytest.mark.parametrize(("interval", "probes"), [(60.0, 1), (0.0, 3)])
+def test_probes_are_one_in_probe_every_and_at_most_one_per_interval(fast_dir: Path, interval: float,
+                                                                     probes: int) -> None:
+    """Three sessions kept by reference with `probe_every` 1: each probed without an interval, only the first
+    within one (a probe reads its whole request back: at 10k sessions a second they cost ~2% of the GIL)."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"workers": 0})
+    server = Server(config, quiet=True).start()
+    built: list[str] = []
+    try:
+        stages = server.stages
+        assert stages is not None and server.http_url
+        stages.probe_every, stages.probe_interval = 1, interval
+        probe = stages._probe  # noqa: SLF001 - counted, then run as it is
+
+        def counted(indexed: IndexedSession) -> None:
+            built.append(indexed.key)
+            probe(indexed)
+
+        stages._probe = counted  # type: ignore[method-assign]
+        assert post(server.http_url, "/v1/traces", no_content_traces("order-bot", 3)) == 200
+    finally:
+        server.stop()
+    assert len(read_index(fast_dir).entries) == 3 and len(built) == probes
 
 
 def test_the_record_bound_splits_a_run_of_refs_exactly(fast_dir: Path) -> None:
