@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tracemalloc
 
-from wt_otel.exporters.session_keys import INDEXED, RAW, RENDERED, SessionKeys
+from wt_otel.exporters.session_keys import _UNION_MAX, INDEXED, RAW, RENDERED, SessionKeys, _Bloom
 
 
 def fill(keys: SessionKeys, n: int, start: int = 0) -> None:
@@ -89,6 +89,36 @@ def test_a_key_that_leaves_memory_twice_is_read_back_as_its_latest_state() -> No
     assert keys.keys((INDEXED,)).count("key-3") == 1 and "key-3" in keys.keys((INDEXED,))
     assert "key-3" not in keys.keys((RENDERED,))
     keys.close()
+
+
+def test_lookups_span_more_generations_than_one_statement_asks() -> None:
+    """Past `_UNION_MAX` generation tables a lookup takes several statements; the newest row still wins, and
+    keys and slugs in the oldest generations are found."""
+    keys = SessionKeys(hot=16, rows_per_table=2)  # each spill (4 keys) begins a new generation table
+    fill(keys, 2_000)
+    assert len(keys._tables) > _UNION_MAX
+    old = keys.get("key-0")  # from the oldest generation, changed, then pushed out into a new one
+    assert old is not None and old.slug == "slug-0"
+    old.revision, old.content = 42, "newest"
+    fill(keys, 100, start=2_000)
+    for i in (0, 1, 7, 1_000, 1_999, 2_099):
+        assert f"key-{i}" in keys and keys.key_of(f"slug-{i}") == f"key-{i}"
+    state = keys.get("key-0")
+    assert state is not None and (state.revision, state.content) == (42, "newest")
+    assert "key-2100" not in keys and keys.key_of("slug-2100") is None
+    keys.close()
+
+
+def test_the_bloom_filters_false_maybes_stay_rare_as_strings_outgrow_the_first_filter() -> None:
+    """Every string added is found; unseen ones answer "maybe" rarely at 20x the first filter's capacity (one
+    fixed filter then says "maybe" to most of them, and each "maybe" is a lookup in every generation)."""
+    bloom = _Bloom(bits=1 << 12)  # the first filter takes 256 strings
+    added = [f"key-{i}" for i in range(5_000)]
+    for text in added:
+        bloom.add(text)
+    assert all(text in bloom for text in added)
+    maybes = sum(f"other-{i}" in bloom for i in range(20_000))
+    assert maybes < 20_000 * 0.03, maybes
 
 
 def test_the_spill_over_lives_in_the_data_dir_replaces_a_crashs_leftover_and_goes_at_close(tmp_path) -> None:
