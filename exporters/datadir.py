@@ -229,7 +229,7 @@ class DataDirStore:
         # every key's slug, revision and how it is kept: from the index, streamed (it may hold millions of lines)
         self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
         self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
-        self._unindexed: list[tuple[dict[str, Any], bytes]] = []  # kept by reference: (line, encoded), next tick
+        self._unindexed: list[dict[str, Any]] = []  # lines of sessions kept by reference: encoded at the next tick
         # serve (`archive_gone`): the segment generations on disk, to count the lines of kept sessions whose
         # spans retention removed (None: not counted)
         self._present = generations_on_disk(self.root / SEGMENT_DIR) if archive_gone else None
@@ -418,7 +418,7 @@ class DataDirStore:
         reference whose index line is not appended yet holds (-1: none): the log keeps it until written."""
         with self._lock:
             held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
-            lowest = [e["segment_pos"] for e, _ in self._unindexed]
+            lowest = [e["segment_pos"] for e in self._unindexed]
             return min([*lowest, *(p for spans in held for p in _positions(spans))], default=-1)
 
     # ------------------------------------------------------------------ sessions kept by reference
@@ -464,14 +464,9 @@ class DataDirStore:
                      "trace_ids": trace_ids, "conversation_id": conv, "service": None,
                      "started": None, "ended": None, "flagged": False, "flag_ref": None, "flag_reason": None,
                      "redacted": False, "path": None, "files": [], "rendered": False, "segments": segments,
-                     "spans": spans, "warnings": indexed.warnings, "written_at": utc_now_iso(),
+                     "spans": spans, "warnings": indexed.warnings, "written_at": None,  # set as the tick writes it
                      "content": content, "segment_pos": lowest}
-            try:  # orjson: our own types only (no floats); ~20x the stdlib encoder, per session. The concatenation
-                # is a copy of the line's size: orjson's own buffer is >= 4 KiB, and lines wait here for the tick
-                line = orjson.dumps(entry) + b"\n"
-            except TypeError:  # an integer past 64 bits, say
-                line = encode_line(entry)
-            self._unindexed.append((entry, line))
+            self._unindexed.append(entry)
             return True
 
     def _indexed_session(self, key: str) -> Session:
@@ -1017,14 +1012,15 @@ class DataDirStore:
         notes stay exact; the pending lines stay pending (OSError is raised)."""
         size = self._index_size()
         indexed, self._unindexed = self._unindexed, []
+        encoded = _indexed_lines(indexed)
         try:
-            self._index.append([*(line for _, line in indexed), *lines], encoded=True)
+            self._index.append([*encoded, *lines], encoded=True)
         except OSError:
             self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
             with contextlib.suppress(OSError), open(self.root / INDEX, "r+b") as f:
                 f.truncate(size)
             raise
-        self._indexed_appended(indexed, size)
+        self._indexed_appended(indexed, encoded, size)
 
     def _index_size(self) -> int:
         """Where the next line starts (this process is the index's only writer): to cut back a failed
@@ -1034,11 +1030,10 @@ class DataDirStore:
         except FileNotFoundError:
             return 0
 
-    def _indexed_appended(self, lines: list[tuple[dict[str, Any], bytes]], offset: int) -> None:
+    def _indexed_appended(self, entries: list[dict[str, Any]], lines: list[bytes], offset: int) -> None:
         """The lines of sessions kept by reference are in, from byte `offset` of the index (this process is its
         only writer): the key table notes where each is, to read it back alone when rendered."""
-        entries = [e for e, _ in lines]
-        for e, line in lines:
+        for e, line in zip(entries, lines, strict=True):
             state = self._keys.get(e["key"])
             if state is not None:  # always: `keep_indexed` gave it its slug
                 state.kept, state.content, state.pos, state.line = INDEXED, e["content"], e["segment_pos"], offset
@@ -1085,6 +1080,21 @@ def _line_field(raw: bytes, name: str) -> str | None:
         return None
     value = obj.get(name) if isinstance(obj, dict) else None
     return value if isinstance(value, str) else None
+
+
+def _indexed_lines(entries: list[dict[str, Any]]) -> list[bytes]:
+    """The index lines of sessions kept by reference, stamped with one `written_at` (the batch is written now).
+    orjson: our own types only (no floats); ~20x the stdlib encoder. The concatenation is a copy of the line's
+    size (orjson's own buffer is >= 4 KiB)."""
+    stamp = utc_now_iso()
+    lines = []
+    for entry in entries:
+        entry["written_at"] = stamp
+        try:
+            lines.append(orjson.dumps(entry) + b"\n")
+        except TypeError:  # an integer past 64 bits, say
+            lines.append(encode_line(entry))
+    return lines
 
 
 def _archived(root: Path, name: str) -> bool:
