@@ -51,6 +51,9 @@ _BY_REFERENCE_STAGES = frozenset({"flagger", "datadir", "auto-replay"})  # need 
 
 __all__ = ["ServeStartError", "Server", "SessionPipeline", "StageConfigError", "build_pipeline", "stage_plan"]
 
+MAX_NAMED_SERVICES = 100  # services named in wt_otel_sessions_without_content_total and the log
+OTHER_SERVICES = "(other services)"
+
 
 @dataclass
 class SessionPipeline:
@@ -129,14 +132,23 @@ class SessionPipeline:
 
     def _say_if_no_content(self, session: Session) -> None:
         """Content capture off (the default of GenAI instrumentations): said once per service, with the
-        setting that turns it on, and counted per service."""
+        setting that turns it on, and counted per service. The service name is trace content: past
+        `MAX_NAMED_SERVICES` names (a producer that puts an id in `service.name`, say) the rest are counted
+        as one, said once, so neither /metrics nor the log grows without end."""
         if session.content_captured or not session.llm_calls:
             return
         service = session.service_name or "(unknown service)"
-        self.context.metrics.inc("wt_otel_sessions_without_content_total", service=service)
         if service not in self.no_content_services:
-            self.no_content_services.add(service)
-            self.context.warn(capture_hint(session))
+            if len(self.no_content_services) < MAX_NAMED_SERVICES:
+                self.no_content_services.add(service)
+                self.context.warn(capture_hint(session))
+            else:
+                if OTHER_SERVICES not in self.no_content_services:
+                    self.no_content_services.add(OTHER_SERVICES)
+                    self.context.warn(f"more than {MAX_NAMED_SERVICES} services record no message content; the "
+                                      f"others are counted together as {OTHER_SERVICES!r} and not named in the log")
+                service = OTHER_SERVICES
+        self.context.metrics.inc("wt_otel_sessions_without_content_total", service=service)
 
     def start_queue(self, *, max_queued_records: int, tick_interval: float) -> Pipeline:
         """The bounded queue in front of `head`, with admission control (`serve.queue`) and, when there is a

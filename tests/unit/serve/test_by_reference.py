@@ -33,7 +33,7 @@ from wt_otel.ingest.dumps import LineError, read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.model.spans import LogRecord, SpanRecord
 from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ServeConfig
-from wt_otel.serve.server import Server
+from wt_otel.serve.server import MAX_NAMED_SERVICES, OTHER_SERVICES, Server
 
 DUMPS = sorted(p for p in PRODUCERS.glob("*/*.jsonl") if p.parent.name != "_common")
 
@@ -267,6 +267,28 @@ def test_content_capture_off_is_still_said_when_sessions_are_kept_by_reference(f
     said = [w for w in warnings if "records no message content" in w]
     assert len(said) == 1 and "order-bot" in said[0], warnings
     assert server.metrics.get("wt_otel_sessions_without_content_total", service="order-bot") == 1  # probed: one
+
+
+def test_service_names_without_content_are_bounded_in_metrics_and_log(fast_dir: Path) -> None:
+    """`service.name` is trace content: a producer that puts an id in it (150 services here) gets 100 named
+    in /metrics and the log, the rest counted together and said once."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"workers": 0, "render": "all"})
+    warnings: list[str] = []
+    server = Server(config, quiet=True, warn=warnings.append).start()
+    try:
+        assert server.http_url
+        for n in range(150):
+            assert post(server.http_url, "/v1/traces", no_content_traces(f"order-bot-{n}", 1)) == 200
+    finally:
+        server.stop()
+    assert len(read_index(fast_dir).entries) == 150
+    named = [w for w in warnings if "records no message content" in w]
+    assert len(named) == MAX_NAMED_SERVICES and sum("more than 100 services" in w for w in warnings) == 1
+    series = [line for line in server.metrics.render().splitlines()
+              if line.startswith("wt_otel_sessions_without_content_total{")]
+    assert len(series) == MAX_NAMED_SERVICES + 1
+    assert server.metrics.get("wt_otel_sessions_without_content_total", service=OTHER_SERVICES) == 50
 
 
 @pytest.mark.parametrize(("interval", "probes"), [(60.0, 1), (0.0, 3)])
