@@ -225,6 +225,7 @@ class SessionKeys:
             return
         if new:
             self._tables.append(table)
+            self._sql.clear()  # the generations moved one along: every statement of `_newest` is another now
             self._rows = 0
         self._rows += len(rows)
         self._spill_at = self.hot
