@@ -600,7 +600,6 @@ class DataDirStore:
         state = self._known_state(key)
         state.revision = max(state.revision, revision)
         state.kept, state.content, state.pos = RAW if raw else RENDERED, entry.get("content"), entry.get("segment_pos")
-        state.note_flag(entry)
         self.metrics.inc("wt_otel_sessions_written_total")
         if raw:
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
@@ -861,7 +860,6 @@ class DataDirStore:
         self._append(entry)
         state = self._state_for(session)  # fetched again: appending may have used many keys
         state.revision, state.kept = revision, RENDERED
-        state.note_flag(entry)
         self.metrics.inc("wt_otel_sessions_rendered_on_demand_total")
         return Written(path=dest, slug=slug, revision=revision, entry=entry)
 
@@ -904,9 +902,7 @@ class DataDirStore:
             if state.content is not None:  # the same records: a replay must not undo the flag with a "new" revision
                 entry["content"], entry["segment_pos"] = state.content, state.pos
             self._append(entry)
-            state = self._known_state(key)  # fetched again: appending may have used many keys
-            state.revision = revision
-            state.note_flag(entry)
+            self._known_state(key).revision = revision  # fetched again: appending may have used many keys
             return Written(path=directory, slug=slug, revision=revision, entry=entry)
     def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
         """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""
@@ -996,6 +992,9 @@ class DataDirStore:
         entries = entry if isinstance(entry, list) else [entry]
         # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
         self._append_lines([encode_line(safejson.sanitize(e)) for e in entries])
+        for e in entries:  # the key table remembers a flag: later revisions are the same incident (`_state_for`)
+            if e.get("flagged") and (state := self._keys.get(e["key"])) is not None:
+                state.note_flag(e)
 
     def _append_indexed_locked(self) -> None:
         """Append the lines of the sessions kept by reference since the last batch (each tick)."""

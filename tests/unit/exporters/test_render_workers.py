@@ -252,6 +252,22 @@ def test_a_flag_given_by_hand_holds_for_the_later_revisions(tmp_path):
     assert read_index(tmp_path).latest()[tid(40)]["flagged"] is False  # the others are untouched
 
 
+def test_a_flag_holds_for_the_next_revision_in_the_same_process(tmp_path):
+    """Flagged and then revised by the same store (no restart in between: the key table, not the index read
+    at start, remembers the flag)."""
+    slug = kept_data_dir(tmp_path)
+    late = [*weather_session(tid(3)), chat(tid(3), [user("and tomorrow?")], [assistant("Rain.")], start=6_000)]
+    store = DataDirStore(tmp_path, render="flagged")
+    try:
+        store.flag(slug, ref="INC-7")
+        written = store.write(build_session(late, key=tid(3)), late)
+    finally:
+        store.close()
+    assert written is not None and written.entry["flagged"] and written.entry["flag_ref"] == "INC-7"
+    latest = read_index(tmp_path).latest()[tid(3)]
+    assert latest["revision"] == 3 and latest["rendered"] and latest["flag_ref"] == "INC-7"
+
+
 def test_sessions_render_failure_paths(tmp_path):
     slug = kept_data_dir(tmp_path)
     run = CliRunner().invoke
