@@ -66,7 +66,8 @@ class SessionPipeline:
     session_stages: list[tuple[str, Any]] = field(default_factory=list)
     session_types: list[str] = field(default_factory=list)  # each session stage's type name, in order
     queue: Pipeline | None = None
-    no_content_services: set[str] = field(default_factory=set)
+    no_content_services: set[str] = field(default_factory=set)  # named (at most MAX_NAMED_SERVICES)
+    others_without_content: bool = False  # past that: said once, counted as OTHER_SERVICES
     admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
     probe_every: int = 1000  # of the sessions kept by reference, the first and then one in this many are built too
     probe_interval: float = 1.0  # and at most one a second (time.monotonic)
@@ -143,8 +144,8 @@ class SessionPipeline:
                 self.no_content_services.add(service)
                 self.context.warn(capture_hint(session))
             else:
-                if OTHER_SERVICES not in self.no_content_services:
-                    self.no_content_services.add(OTHER_SERVICES)
+                if not self.others_without_content:  # a flag, not the set: a service may be named "(other services)"
+                    self.others_without_content = True
                     self.context.warn(f"more than {MAX_NAMED_SERVICES} services record no message content; the "
                                       f"others are counted together as {OTHER_SERVICES!r} and not named in the log")
                 service = OTHER_SERVICES

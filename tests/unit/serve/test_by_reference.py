@@ -291,6 +291,21 @@ def test_service_names_without_content_are_bounded_in_metrics_and_log(fast_dir: 
     assert server.metrics.get("wt_otel_sessions_without_content_total", service=OTHER_SERVICES) == 50
 
 
+def test_a_service_named_like_the_overflow_label_does_not_silence_the_overflow(fast_dir: Path) -> None:
+    """A hostile `service.name` of "(other services)" among the first hundred: the overflow is still said."""
+    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
+                         data_dir=fast_dir, datadir={"workers": 0, "render": "all"})
+    warnings: list[str] = []
+    server = Server(config, quiet=True, warn=warnings.append).start()
+    try:
+        assert server.http_url
+        for name in [OTHER_SERVICES, *(f"order-bot-{n}" for n in range(MAX_NAMED_SERVICES))]:
+            assert post(server.http_url, "/v1/traces", no_content_traces(name, 1)) == 200
+    finally:
+        server.stop()
+    assert sum(f"more than {MAX_NAMED_SERVICES} services" in w for w in warnings) == 1
+
+
 @pytest.mark.parametrize(("interval", "probes"), [(60.0, 1), (0.0, 3)])
 def test_probes_are_one_in_probe_every_and_at_most_one_per_interval(fast_dir: Path, interval: float,
                                                                      probes: int) -> None:
