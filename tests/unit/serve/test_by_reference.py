@@ -269,19 +269,26 @@ def test_content_capture_off_is_still_said_when_sessions_are_kept_by_reference(f
     assert server.metrics.get("wt_otel_sessions_without_content_total", service="order-bot") == 1  # probed: one
 
 
-def test_service_names_without_content_are_bounded_in_metrics_and_log(fast_dir: Path) -> None:
-    """`service.name` is trace content: a producer that puts an id in it (150 services here) gets 100 named
-    in /metrics and the log, the rest counted together and said once."""
+def serve_services_without_content(data_dir: Path, services: list[str]) -> tuple[Server, list[str]]:
+    """One session without message content per service, every session built (`render: all`): the stopped
+    server and the warnings it said."""
     config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
-                         data_dir=fast_dir, datadir={"workers": 0, "render": "all"})
+                         data_dir=data_dir, datadir={"workers": 0, "render": "all"})
     warnings: list[str] = []
     server = Server(config, quiet=True, warn=warnings.append).start()
     try:
         assert server.http_url
-        for n in range(150):
-            assert post(server.http_url, "/v1/traces", no_content_traces(f"order-bot-{n}", 1)) == 200
+        for name in services:
+            assert post(server.http_url, "/v1/traces", no_content_traces(name, 1)) == 200
     finally:
         server.stop()
+    return server, warnings
+
+
+def test_service_names_without_content_are_bounded_in_metrics_and_log(fast_dir: Path) -> None:
+    """`service.name` is trace content: a producer that puts an id in it (150 services here) gets 100 named
+    in /metrics and the log, the rest counted together and said once."""
+    server, warnings = serve_services_without_content(fast_dir, [f"order-bot-{n}" for n in range(150)])
     assert len(read_index(fast_dir).entries) == 150
     named = [w for w in warnings if "records no message content" in w]
     assert len(named) == MAX_NAMED_SERVICES and sum("more than 100 services" in w for w in warnings) == 1
@@ -293,16 +300,8 @@ def test_service_names_without_content_are_bounded_in_metrics_and_log(fast_dir: 
 
 def test_a_service_named_like_the_overflow_label_does_not_silence_the_overflow(fast_dir: Path) -> None:
     """A hostile `service.name` of "(other services)" among the first hundred: the overflow is still said."""
-    config = ServeConfig(receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
-                         data_dir=fast_dir, datadir={"workers": 0, "render": "all"})
-    warnings: list[str] = []
-    server = Server(config, quiet=True, warn=warnings.append).start()
-    try:
-        assert server.http_url
-        for name in [OTHER_SERVICES, *(f"order-bot-{n}" for n in range(MAX_NAMED_SERVICES))]:
-            assert post(server.http_url, "/v1/traces", no_content_traces(name, 1)) == 200
-    finally:
-        server.stop()
+    names = [OTHER_SERVICES, *(f"order-bot-{n}" for n in range(MAX_NAMED_SERVICES))]
+    _, warnings = serve_services_without_content(fast_dir, names)
     assert sum(f"more than {MAX_NAMED_SERVICES} services" in w for w in warnings) == 1
 
 
