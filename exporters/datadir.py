@@ -370,7 +370,8 @@ class DataDirStore:
             entry = self._entry_from(key, d.name, 1, prov, source, env)
             entry["recovered"] = True
             self._append(entry)
-            self._keys.add(key, d.name).revision = 1
+            state = self._keys.add(key, d.name)
+            state.revision, state.kept = 1, RENDERED
             self._recovered.add(key)
             self.recovery.append(f"{SESSIONS}/{d.name}: re-indexed from its envelope")
 
@@ -453,8 +454,8 @@ class DataDirStore:
             if state is not None and state.content == content and highest < self.replayed_below:
                 self.metrics.inc("wt_otel_sessions_unchanged_total")  # the same spans, replayed after a restart
                 return True
-            if state is not None and state.flagged:  # an incident (flagged by hand, say): built and rendered as one
-                return False
+            if state is not None and (state.flagged or state.kept == RENDERED):
+                return False  # an incident (flagged by hand, say), or rendered on demand: it stays rendered
             # the one string from the trace (ids are hex): made JSON-safe here
             conv = safejson.sanitize(conv) if conv is not None and not conv.isascii() else conv
             if state is None:
@@ -573,7 +574,7 @@ class DataDirStore:
         try:
             state = self._state_for(session)
             slug, revision = state.slug, state.revision + 1
-            job = self._render_job(session, spans, slug)
+            job = self._render_job(session, spans, slug, rendered=state.kept == RENDERED)
             try:
                 files = job_files(job, render)  # this module's `render`: the seam fault tests replace
             except Unencodable:  # a value OTLP cannot carry: render it instead of keeping its records
@@ -604,10 +605,13 @@ class DataDirStore:
         if raw:
             self.metrics.inc("wt_otel_sessions_kept_unrendered_total")
 
-    def _render_job(self, session: Session, spans: object, slug: str) -> RenderJob:
-        """Rendered, or (render: flagged, not flagged) kept as records plus the fields the stages set."""
+    def _render_job(self, session: Session, spans: object, slug: str, rendered: bool) -> RenderJob:
+        """Rendered, or (render: flagged, not flagged) kept as records plus the fields the stages set. A key
+        whose latest revision is `rendered` (on demand, say: `sessions render`) stays rendered, so its
+        directory keeps showing the latest revision in the six files a user asked for."""
         dest = str(self.sessions / slug)
-        if self.render_mode == "flagged" and not session.flagged and isinstance(spans, list) and spans \
+        if self.render_mode == "flagged" and not session.flagged and not rendered and isinstance(spans, list) \
+                and spans \
                 and all(isinstance(s, SpanRecord) for s in spans):
             meta = {"v": 1, "key": session.key, "complete": session.complete, "trace_ids": session.trace_ids,
                     "conversation_id": session.conversation_id, "service": session.service_name,
@@ -632,8 +636,9 @@ class DataDirStore:
             if self._unchanged(session, spans):
                 return False
             try:
-                slug = self._state_for(session).slug
-                job = self._render_job(session, spans, slug)
+                state = self._state_for(session)
+                slug = state.slug
+                job = self._render_job(session, spans, slug, rendered=state.kept == RENDERED)
             except Exception as e:  # noqa: BLE001 - as in `write`
                 self._quarantine(session, spans, f"cannot render the session: {type(e).__name__}: {e}")
                 return False

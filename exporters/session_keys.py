@@ -39,6 +39,7 @@ from typing import Any
 log = logging.getLogger("wt_otel.datadir")
 
 RENDERED, RAW, INDEXED = "rendered", "raw", "indexed"  # how a key's latest revision is kept
+NEW = "new"  # a key given its slug whose first revision is not written yet
 
 _COLUMNS = "slug, revision, kept, content, pos, seq, line, flag_ref, flag_reason"
 _UNION_MAX = 400  # generations one lookup statement asks (SQLite allows 500 terms in a compound SELECT)
@@ -51,7 +52,7 @@ class KeyState:
 
     slug: str
     revision: int = 0
-    kept: str = RENDERED
+    kept: str = NEW
     content: str | None = None  # digest of the records the latest revision was built from
     pos: int | None = None  # their lowest position in serve's segment log
     seq: int = 0  # first-seen order (index order)

@@ -268,6 +268,36 @@ def test_a_flag_holds_for_the_next_revision_in_the_same_process(tmp_path):
     assert latest["revision"] == 3 and latest["rendered"] and latest["flag_ref"] == "INC-7"
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_session_rendered_on_demand_stays_rendered_for_its_later_revisions(tmp_path, workers):
+    """`wt-otel sessions render KEY`, then late spans: the directory must not go on showing the older revision
+    (kept by reference) nor fall back to records (kept as records); the next revision is rendered, with the
+    new turn, even with the key moved out of memory by a restart; on the pipeline thread and in a worker."""
+    slug = kept_data_dir(tmp_path)
+    res = CliRunner().invoke(main, ["sessions", "render", slug, "--data-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    late = [*weather_session(tid(3)), chat(tid(3), [user("and tomorrow?")], [assistant("Rain.")], start=6_000)]
+    store = DataDirStore(tmp_path, render="flagged", keys_in_memory=16, workers=workers)
+    try:
+        for n in range(40, 80):  # other sessions push tid(3)'s key out of memory, into the key table's SQLite
+            other = weather_session(tid(n))
+            store.write(build_session(other, key=tid(n)), other)
+        assert store.keep_indexed(IndexedSession(tid(3), [SpanRefs(tid(3), None, 0, [0, 1])], True)) is False
+        if workers:
+            assert store.submit(CompletedSession(build_session(late, key=tid(3)), late))
+            store.drain()
+        else:
+            assert store.write(build_session(late, key=tid(3)), late) is not None
+    finally:
+        store.close()
+    latest = read_index(tmp_path).latest()[tid(3)]
+    assert latest["revision"] == 3 and latest["rendered"] and not latest["flagged"]
+    env = json.loads((tmp_path / "sessions" / slug / "incident.wtin.json").read_text())
+    assert "Rain." in json.dumps(env)
+    assert not (tmp_path / "sessions" / slug / RAW_FILE).exists()
+    assert read_index(tmp_path).latest()[tid(40)]["rendered"] is False  # the others are kept as before
+
+
 def test_sessions_render_failure_paths(tmp_path):
     slug = kept_data_dir(tmp_path)
     run = CliRunner().invoke
