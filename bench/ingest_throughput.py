@@ -16,8 +16,9 @@ Targets, each a subprocess so the client threads do not share its GIL:
 
 It prints accepted spans/s and p50/p99 export latency of each, the ratio (b)/(a), serve's sustained rate
 (accepted spans over load time + time to drain its queue: a bounded queue lets the first 100k records in
-faster than they are processed), and RSS start/max/end sampled every second from /proc/<pid>/status
-(flat = not growing over the run). Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
+faster than they are processed), RSS start/max/end sampled every second from /proc/<pid>/status
+(flat = not growing over the run), and the CPU of each server and of the load generator over the run, in
+cores and in ms a request (/proc/<pid>/stat): a server below one core is bound by its GIL, not the cores. Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
 
 With `--span-index native,python` serve runs once per span index (the C scanner, the pure-Python
 fallback) against the same bare sink; `--repeat N` takes N such rounds and prints the medians.
@@ -116,6 +117,7 @@ class LoadResult:
     rejected: int = 0  # RESOURCE_EXHAUSTED / UNAVAILABLE: the server asked the client to come back
     errors: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list)
+    cpu: float = 0.0  # CPU seconds of this process (the load generator) over the load
 
     @property
     def rate(self) -> float:
@@ -162,22 +164,25 @@ def load(target: str, body: bytes, n_spans: int, seconds: float, threads: int) -
                 result.errors[k] = result.errors.get(k, 0) + v
 
     workers = [threading.Thread(target=client) for _ in range(threads)]
-    start = time.monotonic()
+    start, cpu = time.monotonic(), time.process_time()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
     result.seconds = time.monotonic() - start
+    result.cpu = time.process_time() - cpu
     return result
 
 
 # --------------------------------------------------------------------------- the servers under test
 
 class RssSampler:
-    """VmRSS every second from /proc/<pid>/status, plus the kernel's high-water mark VmHWM at the end."""
+    """VmRSS every second from /proc/<pid>/status, plus the kernel's high-water mark VmHWM at the end, and
+    the CPU seconds the process used meanwhile (/proc/<pid>/stat): on a 2-core machine the load generator,
+    gRPC and the server share the cores, so CPU per request says as much as the rate."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.samples, self.hwm = pid, [], 0
+        self.pid, self.samples, self.hwm, self.cpu = pid, [], 0, 0.0
         self.parts = ""  # at the end: RssAnon / RssFile / RssShmem (what grows: the heap, or mapped files)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -196,13 +201,21 @@ class RssSampler:
             self.samples.append(rss)
             self._stop.wait(1.0)
 
+    def _cpu(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
     def __enter__(self) -> RssSampler:
+        with contextlib.suppress(OSError):
+            self.cpu = -self._cpu()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        with contextlib.suppress(OSError):
+            self.cpu += self._cpu()
         with contextlib.suppress(OSError, AttributeError):
             self.hwm = self._read()[1]
             text = Path(f"/proc/{self.pid}/status").read_text()
@@ -287,6 +300,14 @@ def report(label: str, r: LoadResult) -> None:
           f"   ({r.accepted_spans:,} spans in {r.seconds:.1f} s, {r.rejected} rejected{err})", flush=True)
 
 
+def cpu_line(rss: RssSampler, r: LoadResult, n_spans: int, server_seconds: float) -> str:
+    """CPU of the server (over `server_seconds`: the load and, for serve, its drain) and of the load generator,
+    in cores and in ms per accepted request."""
+    requests = max(1, r.accepted_spans // n_spans)
+    return (f"CPU: server {rss.cpu / server_seconds:.2f} cores ({rss.cpu / requests * 1e3:.2f} ms a request), "
+            f"load generator {r.cpu / r.seconds:.2f} cores ({r.cpu / requests * 1e3:.2f} ms a request)")
+
+
 # --------------------------------------------------------------------------- the three runs
 
 def run_bare(args, body: bytes, n: int) -> LoadResult:
@@ -298,6 +319,7 @@ def run_bare(args, body: bytes, n: int) -> LoadResult:
         server.stop()
     report("(a) bare grpcio TraceService", result)
     print(f"      {rss.summary()}")
+    print(f"      {cpu_line(rss, result, n, result.seconds)}")
     return result
 
 
@@ -322,6 +344,7 @@ def run_serve(args, body: bytes, n: int, data_dir: Path, span_index: str | None 
     print(f"      {rss.summary()}; peak RSS {rss.hwm} MiB against a {budget // 2**20} MiB memory budget "
           f"(queue.max_bytes: the records held; plus ~65 MiB of interpreter and requests in flight)")
     print(f"      RSS every ~{max(1, len(rss.samples) // 8)} s: {rss.samples[::max(1, len(rss.samples) // 8)]}")
+    print(f"      {cpu_line(rss, result, n, result.seconds + drain)}")
     return result, sustained
 
 
