@@ -522,3 +522,27 @@ def test_a_data_dir_without_its_segments_directory_archives_nothing(fast_dir: Pa
         assert sorted(store.unrendered()) == [tid(40), tid(41)]
     assert (fast_dir / "sessions.ndjsonl").read_bytes() == before
     assert not (fast_dir / "sessions.archive.ndjsonl").exists()
+
+
+@pytest.mark.parametrize("digest", ["current", "legacy"])
+def test_a_restart_finds_a_kept_session_unchanged_whichever_digest_its_line_holds(fast_dir: Path, digest: str) -> None:
+    """The replay after a restart recognises a kept session by the digest of its segments in its index line;
+    lines written before the digest changed (sha256 of the repr) must still match, or an upgrade would write
+    one more revision of every session still in its late-span window."""
+    import hashlib
+
+    serve(fast_dir, weather_session(tid(31)))
+    index = fast_dir / "sessions.ndjsonl"
+    [line] = [json.loads(raw) for raw in index.read_bytes().splitlines()]
+    if digest == "legacy":
+        line["content"] = hashlib.sha256(repr(sorted(line["segments"])).encode()).hexdigest()[:32]
+        index.write_bytes(json.dumps(line).encode() + b"\n")
+    server = serve(fast_dir, [])
+    assert any("replayed" in r for r in server.recovery), server.recovery
+    assert server.metrics.get("wt_otel_sessions_unchanged_total") == 1
+    assert [e["revision"] for e in read_index(fast_dir).entries] == [1]
+    other = line["content"].replace(line["content"][0], "0" if line["content"][0] != "0" else "1")
+    line["content"] = other  # neither digest: the replay writes the spans again, as a new revision
+    index.write_bytes(json.dumps(line).encode() + b"\n")
+    serve(fast_dir, [])
+    assert [e["revision"] for e in read_index(fast_dir).entries] == [1, 2]
