@@ -18,7 +18,8 @@ It prints accepted spans/s and p50/p99 export latency of each, the ratio (b)/(a)
 (accepted spans over load time + time to drain its queue: a bounded queue lets the first 100k records in
 faster than they are processed), RSS start/max/end sampled every second from /proc/<pid>/status
 (flat = not growing over the run), and the CPU of each server and of the load generator over the run, in
-cores and in ms a request (/proc/<pid>/stat): a server below one core is bound by its GIL, not the cores. Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
+cores and in ms a request (/proc/<pid>/stat): a server near one core is bound by its GIL, not the cores.
+Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
 
 With `--span-index native,python` serve runs once per span index (the C scanner, the pure-Python
 fallback) against the same bare sink; `--repeat N` takes N such rounds and prints the medians.

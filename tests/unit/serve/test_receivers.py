@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import zstandard
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
@@ -44,7 +45,7 @@ from wt_otel.model.spans import LogRecord, SpanRecord
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 from wt_otel.serve.receivers import Receivers, ReceiversConfig, start_receivers
-from wt_otel.serve.receivers.common import gunzip_capped, retry_info_bytes, rpc_status_bytes
+from wt_otel.serve.receivers.common import decompress_capped, retry_info_bytes, rpc_status_bytes
 
 TIMEOUT = 10.0
 PB = "application/x-protobuf"
@@ -226,12 +227,27 @@ def status_message(body: bytes) -> str:
     return status_pb2.Status.FromString(body).message
 
 
-def bomb(inflated: int) -> bytes:
-    """gzip of `inflated` zero bytes, built without ever holding them."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+def bomb(inflated: int, encoding: str = "gzip") -> bytes:
+    """`inflated` zero bytes compressed with `encoding`, built without ever holding them."""
     zeros = bytes(1 << 20)
+    if encoding == "zstd":
+        writer = zstandard.ZstdCompressor(level=19).compressobj()
+        return b"".join(writer.compress(zeros) for _ in range(inflated >> 20)) + writer.flush()
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
     parts = [compressor.compress(zeros) for _ in range(inflated >> 20)]
     return b"".join(parts) + compressor.flush()
+
+
+def compress(data: bytes, encoding: str) -> bytes:
+    """What a client sends with Content-Encoding `encoding` (raw-deflate: deflate without the zlib header)."""
+    if encoding == "gzip":
+        return gzip.compress(data)
+    if encoding == "deflate":
+        return zlib.compress(data)
+    if encoding == "raw-deflate":
+        packer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+        return packer.compress(data) + packer.flush()
+    return zstandard.ZstdCompressor().compress(data)
 
 
 # --------------------------------------------------------------------------- happy paths, real SDK exporters
@@ -252,16 +268,17 @@ def test_sdk_grpc_exporter_delivers_spans(make_env):
     assert env.metrics.get("wt_otel_requests_total", transport="grpc", signal="traces", code="OK") == 1
 
 
-def test_sdk_grpc_exporter_with_gzip(make_env):
+@pytest.mark.parametrize("compression", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+def test_sdk_grpc_exporter_with_compression(make_env, compression):
     env = make_env()
-    exporter = GrpcSpanExporter(endpoint=env.grpc_target, insecure=True, timeout=TIMEOUT,
-                                compression=grpc.Compression.Gzip)
+    exporter = GrpcSpanExporter(endpoint=env.grpc_target, insecure=True, timeout=TIMEOUT, compression=compression)
     assert exporter.export(sdk_spans(2)) is SpanExportResult.SUCCESS
     exporter.shutdown()
     assert len(env.recorder.wait_for(2)) == 2
 
 
-@pytest.mark.parametrize("compression", [HttpCompression.NoCompression, HttpCompression.Gzip])
+@pytest.mark.parametrize("compression", [HttpCompression.NoCompression, HttpCompression.Gzip,
+                                         HttpCompression.Deflate])
 def test_sdk_http_exporter_delivers_spans(make_env, compression):
     env = make_env()
     exporter = HttpSpanExporter(endpoint=f"http://127.0.0.1:{env.receivers.http_port}/v1/traces",
@@ -322,6 +339,21 @@ def test_http_gzip_success_raw(make_env):
     assert status == 200 and response.getheader("Content-Type") == PB
     assert ExportTraceServiceResponse.FromString(payload) == ExportTraceServiceResponse()
     assert len(env.recorder.wait_for(2)) == 2
+
+
+@pytest.mark.parametrize("encoding", ["deflate", "raw-deflate", "zstd", "zstd-frames"])
+def test_http_deflate_and_zstd_bodies_are_read(make_env, encoding):
+    """deflate as the Python SDK sends it (zlib format) and as raw deflate; zstd as the Collector's otlphttp
+    exporter sends it with `compression: zstd`, in one frame or several."""
+    env = make_env()
+    data = span_request(3).SerializeToString()
+    if encoding == "zstd-frames":
+        body, header = compress(data[:100], "zstd") + compress(data[100:], "zstd"), "zstd"
+    else:
+        body, header = compress(data, encoding), encoding.removeprefix("raw-")
+    status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": header})
+    assert status == 200, status_message(payload)
+    assert len(env.recorder.wait_for(3)) == 3
 
 
 def test_chunked_body_is_read(make_env):
@@ -409,8 +441,9 @@ def test_wrong_content_type(make_env):
     assert status == 415 and "unsupported Content-Type 'text/plain'" in json.loads(payload)["message"]
     status, _, _ = env.post("/v1/traces", b"hello", None)
     assert status == 415
-    status, _, _ = env.post("/v1/traces", span_request().SerializeToString(), headers={"Content-Encoding": "br"})
-    assert status == 415
+    status, _, payload = env.post("/v1/traces", span_request().SerializeToString(),
+                                  headers={"Content-Encoding": "br"})
+    assert status == 415 and "use one of gzip, x-gzip, deflate, zstd" in status_message(payload)
     env.assert_still_serves()
 
 
@@ -425,12 +458,14 @@ def test_invalid_json(make_env, body):
     env.assert_still_serves()
 
 
-def test_broken_gzip(make_env):
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd"])
+def test_broken_compressed_bodies(make_env, encoding):
     env = make_env()
-    good = gzip.compress(span_request().SerializeToString())
-    for body in (good[: len(good) // 2], b"not gzip at all", good + b"trailing"):
-        status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": "gzip"})
+    good = compress(span_request().SerializeToString(), encoding)
+    for body in (good[: len(good) // 2], b"not compressed at all", good + b"trailing", b""):
+        status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": encoding})
         assert status == 400, status_message(payload)
+        assert encoding in status_message(payload)
     env.assert_still_serves()
 
 
@@ -464,14 +499,15 @@ def test_huge_gzip_grpc_message_is_refused(make_env):
     env.assert_still_serves()
 
 
-def test_gzip_bomb_is_refused_with_bounded_memory(make_env):
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd"])
+def test_compression_bomb_is_refused_with_bounded_memory(make_env, encoding):
     cap = 1024 * 1024
     env = make_env(max_message_bytes=cap, max_decompressed_bytes=2 * cap)
-    body = bomb(256 << 20)  # 256 MiB of zeros in ~250 KB
+    body = bomb(256 << 20, encoding)  # 256 MiB of zeros in ~250 KB (zstd: ~8 KB)
     assert len(body) < cap
     tracemalloc.start()
     try:
-        status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": "gzip"})
+        status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": encoding})
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -480,12 +516,29 @@ def test_gzip_bomb_is_refused_with_bounded_memory(make_env):
     env.assert_still_serves()
 
 
-def test_gunzip_capped_unit():
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw-deflate", "zstd"])
+def test_decompress_capped_unit(encoding):
     data = b"a" * 10_000
-    assert gunzip_capped(gzip.compress(data), 10_000) == data
-    assert gunzip_capped(gzip.compress(data[:5]) + gzip.compress(data[5:]), 10_000) == data  # two members
+    header = encoding.removeprefix("raw-")
+    assert decompress_capped(compress(data, encoding), header, 10_000) == data
     with pytest.raises(ValueError, match="beyond"):
-        gunzip_capped(gzip.compress(data), 9_999)
+        decompress_capped(compress(data, encoding), header, 9_999)
+    if encoding in ("gzip", "zstd"):  # several members / frames, one body
+        assert decompress_capped(compress(data[:5], encoding) + compress(data[5:], encoding), header, 10_000) == data
+    else:  # a deflate stream is one stream
+        with pytest.raises(ValueError, match="garbage"):
+            decompress_capped(compress(data, encoding) * 2, header, 20_000)
+
+
+def test_a_zstd_frame_that_asks_for_a_window_above_the_cap_is_too_large():
+    """The window is what the decoder allocates before it writes a byte: a frame may not ask for more than the
+    decompressed cap could ever need (here 128 MiB against a 1 MiB cap)."""
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)
+    writer = zstandard.ZstdCompressor(compression_params=params).compressobj()  # streamed: no content size
+    body = writer.compress(b"x" * 1000) + writer.flush()
+    assert decompress_capped(body, "zstd", 256 << 20) == b"x" * 1000
+    with pytest.raises(ValueError, match="window"):
+        decompress_capped(body, "zstd", 1 << 20)
 
 
 # --------------------------------------------------------------------------- auth and TLS

@@ -8,8 +8,9 @@ the bounded `Pipeline`, count everything. The transports only translate its
 protobuf traces request is screened by the span index before it is decoded
 (`screened`): spans the filter would drop are never converted.
 
-Also here: bounded gzip decompression (the decompressed size is checked while
-inflating, so a gzip bomb never allocates more than the cap), bearer-token
+Also here: bounded decompression of gzip, deflate and zstd bodies (the
+decompressed size is checked while inflating, so a bomb never allocates more
+than the cap), bearer-token
 checks (constant time), and the hand-written wire encoding of
 `google.rpc.Status`/`RetryInfo` -- those messages live in
 googleapis-common-protos, which is not in our dependency set, and each is one
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import zstandard
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
@@ -531,31 +533,81 @@ def _dicts(value: object) -> list[dict]:
 # --------------------------------------------------------------------------- limits, auth
 
 
-def gunzip_capped(data: bytes, cap: int) -> bytes:
-    """Decompress a gzip body (one or more members), never holding more than `cap` + 1
-    output bytes: raises `TooLarge` past the cap, `MalformedRequest` on broken gzip."""
+CONTENT_ENCODINGS = ("gzip", "x-gzip", "deflate", "zstd")
+"""The compressed OTLP/HTTP bodies serve takes: gzip (the OTLP spec's, every SDK's and the Collector's
+default), deflate (the Python SDK's other choice: zlib format, or raw deflate) and zstd (the Collector's
+`compression: zstd`)."""
+
+_ZSTD_STEP = 64  # compressed bytes fed at a time: at most 16 blocks of 128 KiB come out of one call
+_ZSTD_MIN_WINDOW = 1 << 23  # the Collector's (klauspost/compress) default window
+
+
+def decompress_capped(data: bytes, encoding: str, cap: int) -> bytes:
+    """`data` decoded from `encoding` (one of `CONTENT_ENCODINGS`), never holding more than `cap` + 1 output
+    bytes (plus one step's worth): raises `TooLarge` past the cap, `MalformedRequest` on a broken body."""
+    if encoding in ("gzip", "x-gzip"):
+        return _inflate(data, cap, "gzip", 16 + zlib.MAX_WBITS, member=b"\x1f\x8b")
+    if encoding == "deflate":
+        # HTTP's deflate is the zlib format (RFC 9110); some clients send raw deflate: the header tells them apart
+        zlib_format = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        return _inflate(data, cap, "deflate", zlib.MAX_WBITS if zlib_format else -zlib.MAX_WBITS)
+    if encoding == "zstd":
+        return _unzstd(data, cap)
+    raise ValueError(f"not a content encoding serve decompresses: {encoding!r}")
+
+
+def _inflate(data: bytes, cap: int, name: str, wbits: int, member: bytes | None = None) -> bytes:
+    """zlib's formats; `member`: the magic of a next member (gzip may hold several), else one stream."""
     out = bytearray()
     rest = data
     try:
         while True:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            inflater = zlib.decompressobj(wbits)
             pending = rest
             while not inflater.eof:
                 # max_length must stay >= 1: 0 would mean "unlimited".
                 chunk = inflater.decompress(pending, cap + 1 - len(out))
                 out += chunk
                 if len(out) > cap:
-                    raise TooLarge(f"gzip body inflates beyond the {cap}-byte limit (max_decompressed_bytes)")
+                    raise TooLarge(f"{name} body inflates beyond the {cap}-byte limit (max_decompressed_bytes)")
                 pending = inflater.unconsumed_tail
                 if not pending and not chunk:
-                    raise MalformedRequest("gzip body is empty or truncated")
+                    raise MalformedRequest(f"{name} body is empty or truncated")
             rest = inflater.unused_data
             if not rest:
                 return bytes(out)
-            if not rest.startswith(b"\x1f\x8b"):
-                raise MalformedRequest(f"{len(rest)} bytes of garbage after the gzip stream")
+            if member is None or not rest.startswith(member):
+                raise MalformedRequest(f"{len(rest)} bytes of garbage after the {name} stream")
     except zlib.error as e:
-        raise MalformedRequest(f"invalid gzip body: {e}") from None
+        raise MalformedRequest(f"invalid {name} body: {e}") from None
+
+
+def _unzstd(data: bytes, cap: int) -> bytes:
+    """zstd, one or more frames, fed `_ZSTD_STEP` bytes at a time: zstandard's decompressobj has no output
+    limit, and one 4-byte block can stand for 128 KiB. A frame may not ask for a window (the memory the
+    decoder allocates) above the cap: no body that fits the cap needs one."""
+    window = max(_ZSTD_MIN_WINDOW, 1 << max(10, (cap - 1).bit_length()))
+    out = bytearray()
+    rest = data
+    try:
+        while True:
+            frame = zstandard.ZstdDecompressor(max_window_size=window).decompressobj()
+            fed = 0
+            while not frame.eof and fed < len(rest):
+                out += frame.decompress(rest[fed:fed + _ZSTD_STEP])
+                fed += _ZSTD_STEP
+                if len(out) > cap:
+                    raise TooLarge(f"zstd body inflates beyond the {cap}-byte limit (max_decompressed_bytes)")
+            if not frame.eof:
+                raise MalformedRequest("zstd body is empty or truncated")
+            rest = frame.unused_data + rest[fed:]
+            if not rest:
+                return bytes(out)
+    except zstandard.ZstdError as e:
+        if "memory" in str(e) or "window" in str(e).lower():
+            raise TooLarge(f"zstd body asks for a window above the {cap}-byte limit (max_decompressed_bytes): "
+                           f"{e}") from None
+        raise MalformedRequest(f"invalid zstd body: {e}") from None
 
 
 def load_token(path: Path | None) -> bytes | None:

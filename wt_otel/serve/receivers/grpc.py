@@ -13,8 +13,9 @@ INVALID_ARGUMENT (malformed), RESOURCE_EXHAUSTED (queue full, with RetryInfo
 both in `grpc-status-details-bin` and in `google.rpc.retryinfo-bin`, the key
 the OTel Python exporter reads; also grpc's own answer to a message above
 `max_message_bytes`), UNAVAILABLE (shutting down), UNAUTHENTICATED (missing
-or wrong `authorization: Bearer <token>` metadata). gzip from clients is
-handled by grpc itself.
+or wrong `authorization: Bearer <token>` metadata). gzip and deflate from
+clients are handled by grpc itself; zstd is not (grpc's core has no zstd):
+a Collector set to `compression: zstd` sends it over OTLP/HTTP, or gzip here.
 """
 
 from __future__ import annotations

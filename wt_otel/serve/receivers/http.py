@@ -5,7 +5,7 @@ Routes:
 =================  ======  =====================================================
 path               method  answer
 =================  ======  =====================================================
-/v1/traces         POST    OTLP export (protobuf or JSON, optional gzip)
+/v1/traces         POST    OTLP export (protobuf or JSON; gzip, deflate or zstd, or none)
 /v1/logs           POST    OTLP export
 /v1/metrics        POST    accepted and dropped (counted), so an app's metric exporter does not fail
 /healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes);
@@ -23,7 +23,7 @@ rejected), 400 malformed body (the message says what is wrong), 401
 missing/wrong bearer token, 411 no Content-Length and not chunked, 413 body
 above `max_message_bytes` or inflating above `max_decompressed_bytes`, 415
 content type other than ``application/x-protobuf``/``application/json`` or a
-content encoding other than gzip, 429 + Retry-After (queue full or too many
+content encoding other than gzip, deflate or zstd, 429 + Retry-After (queue full or too many
 concurrent exports), 503 + Retry-After (shutting down).
 
 Whenever a request is refused before its body is read, the connection is
@@ -58,6 +58,7 @@ from google.protobuf import json_format
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
 from wt_otel.serve.receivers.common import (
+    CONTENT_ENCODINGS,
     RETRY_AFTER_SECONDS,
     RETRY_INFO_TYPE_URL,
     Encoding,
@@ -66,8 +67,8 @@ from wt_otel.serve.receivers.common import (
     Signal,
     TooLarge,
     bearer_ok,
+    decompress_capped,
     export,
-    gunzip_capped,
     retry_info_bytes,
     rpc_status_bytes,
 )
@@ -370,9 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._status(415, f"unsupported Content-Type {media or '(none)'!r}: OTLP/HTTP takes "
                                      "application/x-protobuf or application/json", None, close=True)
         content_encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
-        if content_encoding not in ("identity", "gzip", "x-gzip"):
-            return self._status(415, f"unsupported Content-Encoding {content_encoding!r}: use gzip or none",
-                                encoding, close=True)
+        if content_encoding != "identity" and content_encoding not in CONTENT_ENCODINGS:
+            return self._status(415, f"unsupported Content-Encoding {content_encoding!r}: use one of "
+                                     f"{', '.join(CONTENT_ENCODINGS)} or none", encoding, close=True)
         try:
             body = self._read_body()  # no export slot held: a slow sender must not starve decoding
         except _Reply as reply:
@@ -389,7 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             try:
                 if content_encoding != "identity":
-                    body = gunzip_capped(body, self.server.config.max_decompressed_bytes)
+                    body = decompress_capped(body, content_encoding, self.server.config.max_decompressed_bytes)
             except TooLarge as e:
                 return self._status(413, str(e), encoding)
             except MalformedRequest as e:
