@@ -538,7 +538,7 @@ CONTENT_ENCODINGS = ("gzip", "x-gzip", "deflate", "zstd")
 default), deflate (the Python SDK's other choice: zlib format, or raw deflate) and zstd (the Collector's
 `compression: zstd`)."""
 
-_ZSTD_STEP = 64  # compressed bytes fed at a time: at most 16 blocks of 128 KiB come out of one call
+_ZSTD_STEP = 64  # fewest compressed bytes fed at a time: at most 16 blocks of 128 KiB come out of one call
 _ZSTD_MIN_WINDOW = 1 << 23  # the Collector's (klauspost/compress) default window
 
 
@@ -583,9 +583,11 @@ def _inflate(data: bytes, cap: int, name: str, wbits: int, member: bytes | None 
 
 
 def _unzstd(data: bytes, cap: int) -> bytes:
-    """zstd, one or more frames, fed `_ZSTD_STEP` bytes at a time: zstandard's decompressobj has no output
-    limit, and one 4-byte block can stand for 128 KiB. A frame may not ask for a window (the memory the
-    decoder allocates) above the cap: no body that fits the cap needs one."""
+    """zstd, one or more frames, fed a step at a time: zstandard's decompressobj has no output limit, and one
+    4-byte block can stand for 128 KiB (32,768x), so a step is the room left under the cap / 32,768 bytes, at
+    least `_ZSTD_STEP` (at most 2 MiB past the cap; a 4 MiB body of incompressible data takes ~4,000 calls,
+    not 65,000). A frame may not ask for a window (the memory the decoder allocates) above the cap: no body
+    that fits the cap needs one."""
     window = max(_ZSTD_MIN_WINDOW, 1 << max(10, (cap - 1).bit_length()))
     out = bytearray()
     rest = data
@@ -594,8 +596,9 @@ def _unzstd(data: bytes, cap: int) -> bytes:
             frame = zstandard.ZstdDecompressor(max_window_size=window).decompressobj()
             fed = 0
             while not frame.eof and fed < len(rest):
-                out += frame.decompress(rest[fed:fed + _ZSTD_STEP])
-                fed += _ZSTD_STEP
+                step = max(_ZSTD_STEP, (cap - len(out)) >> 15)
+                out += frame.decompress(rest[fed:fed + step])
+                fed += step
                 if len(out) > cap:
                     raise TooLarge(f"zstd body inflates beyond the {cap}-byte limit (max_decompressed_bytes)")
             if not frame.eof:
