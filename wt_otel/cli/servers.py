@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,25 +39,36 @@ def universe() -> None:
 @click.option("--synthesize", "synthesize_spec", metavar="MODULE:ATTR",
               help="The synthesize hook, called as hook(tool_name, args, universe) on a miss under on_miss: "
                    "synthesize (the universe file's folder and the current directory are importable).")
+@click.option("--stdio", is_flag=True,
+              help="Answer MCP on stdin/stdout instead of HTTP, for an MCP client that launches its server as a "
+                   "command; ends when the client closes stdin. The lines go to stderr.")
+@click.option("--calls-out", "calls_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="At exit, write the call log here (what GET /wt/calls answers, and what `universe freeze` "
+                   "reads).")
 @click.pass_context
-def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthesize_spec: str | None) -> None:
+def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthesize_spec: str | None, stdio: bool,
+                   calls_out: Path | None) -> None:
     """Serve FILE (*.universe.json) as an MCP server (streamable HTTP) until Ctrl-C.
 
     Prints the MCP URL, then one line per tool call with how it was answered
     (exact, keyed, or the miss policy). The call log is also at GET /wt/calls;
     POST /wt/reset-calls starts a new run.
+
+    With --stdio the server speaks MCP on stdin/stdout (point the agent's MCP
+    client at the command `wt-otel universe serve FILE --stdio`), and prints
+    its lines to stderr.
     """
     import threading
 
     from wt_otel.contracts.problems import ContractError
-    from wt_otel.replay.mcp_server import UniverseMCPServer
+    from wt_otel.replay.mcp_server import UniverseMCPServer, serve_stdio
     from wt_otel.replay.universe import RecordedUniverse, divergence_of
 
     def show(entry: dict) -> None:
         args = json.dumps(entry["args"], ensure_ascii=False)
         flag = " ERROR" if entry["is_error"] else ""
         div = " DIVERGENCE" if divergence_of(entry) else ""
-        click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}")
+        click.echo(f"{entry['match']:<10} {entry['tool_name']}({args}){flag}{div}", err=stdio)
 
     from wt_otel._util.hooks import HookError, load_hook
 
@@ -70,20 +83,42 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
     except (ContractError, ValueError) as exc:
         click.echo(f"error: {file}: {exc}", err=True)
         ctx.exit(1)
-    server = UniverseMCPServer(engine, host=host, port=port)
-    try:
-        url = server.start()
-    except (OSError, RuntimeError) as exc:
-        click.echo(f"error: {listen_error(host, port, exc)}", err=True)
-        ctx.exit(1)
-    click.echo(f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s) "
-               f"at {url} (Ctrl-C to stop)")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    if calls_out is not None and not calls_out.resolve().parent.is_dir():
+        click.echo(f"error: --calls-out {calls_out}: its folder does not exist", err=True)
+        ctx.exit(2)
+    served = f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s)"
+    signal.signal(signal.SIGTERM, _interrupt)  # an MCP client stopping its server: end as Ctrl-C does
+    if stdio:
+        click.echo(f"{served} on stdin/stdout (until the client closes stdin)", err=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            serve_stdio(engine)
+    else:
+        server = UniverseMCPServer(engine, host=host, port=port)
+        try:
+            url = server.start()
+        except (OSError, RuntimeError) as exc:
+            click.echo(f"error: {listen_error(host, port, exc)}", err=True)
+            ctx.exit(1)
+        click.echo(f"{served} at {url} (Ctrl-C to stop)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+    if calls_out is not None:
+        log = engine.call_log()
+        try:
+            calls_out.write_text(json.dumps({"calls": log, "count": len(log)}, indent=2, ensure_ascii=False) + "\n",
+                                 encoding="utf-8")
+        except OSError as exc:
+            click.echo(f"error: --calls-out {calls_out}: {exc.strerror or exc}", err=True)
+            ctx.exit(1)
+        click.echo(f"wrote {len(log)} call(s) to {calls_out}", err=stdio)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @universe.command("freeze")

@@ -1,4 +1,4 @@
-"""Serve a recorded universe as a real MCP server (streamable HTTP, `mcp` SDK 2.x).
+"""Serve a recorded universe as a real MCP server (streamable HTTP or stdio, `mcp` SDK 2.x).
 
 The agent under test connects to it exactly as it would to its production
 tools, so replay exercises the agent's real MCP client. The low-level
@@ -25,6 +25,11 @@ Wire rules (the reasons are the gaps Wind Tunnel left, see ARCHITECTURE.md):
 Next to `/mcp` the same server answers `GET /wt/calls` (the call log, for a
 runner in another process) and `POST /wt/reset-calls` (start a new run: clear
 the log, rewind sequence tools).
+
+`serve_stdio` answers the same protocol on stdin/stdout, for an agent whose MCP
+client launches its tool server as a command (stdio is the transport most MCP
+client configurations name): the agent's `command` becomes
+`wt-otel universe serve FILE --stdio`.
 """
 
 from __future__ import annotations
@@ -129,6 +134,20 @@ def build_server(engine: RecordedUniverse) -> Server[Any]:
     schemas = {t.name: t.input_schema for t in tools}
     return Server("wt-otel-universe", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool,
                   get_tool_input_schema=schemas.get)
+
+
+def serve_stdio(engine: RecordedUniverse) -> None:
+    """Answer MCP on this process's stdin/stdout until the client closes stdin. stdout is the protocol's
+    alone: nothing else may write to it meanwhile (log to stderr)."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(engine)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)
 
 
 class UniverseMCPServer:

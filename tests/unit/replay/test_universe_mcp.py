@@ -244,3 +244,61 @@ def test_cli_serve_rejects_an_invalid_universe(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "wt_otel.cli", "universe", "serve", str(path), "--port", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "recordings[0].tool_name" in proc.stderr
+
+
+# ---------------------------------------------------------------- stdio: the transport most MCP client configs name
+
+
+def test_cli_serve_stdio_answers_as_http_does_and_writes_the_call_log(tmp_path: Path,
+                                                                     server: UniverseMCPServer) -> None:
+    """An MCP client that launches its server as a command (the SDK's stdio client) gets the same tools and
+    answers as over HTTP; stdout carries only the protocol (the lines go to stderr); the call log is written
+    when the client closes stdin."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    path, calls_out, errlog = tmp_path / "fixture.universe.json", tmp_path / "calls.json", tmp_path / "stderr.txt"
+    path.write_text(json.dumps(UNIVERSE))
+    calls = [("client_lookup", {"query": "Bluewing"}), ("search", {"q": "x"}), ("capital", {"country": "Spain"})]
+    params = StdioServerParameters(command=sys.executable, args=[
+        "-m", "wt_otel.cli", "universe", "serve", str(path), "--stdio", "--calls-out", str(calls_out)])
+
+    async def over_stdio() -> tuple[Any, list[Any]]:
+        with errlog.open("w") as err:
+            async with Client(stdio_client(params, errlog=err), mode="legacy") as client:
+                return await client.list_tools(), [await client.call_tool(n, a) for n, a in calls]
+
+    listed, answers = run(over_stdio())
+    http_listed, http_answers = run(call_all(server.url, "legacy", calls))
+    assert [t.model_dump() for t in listed.tools] == [t.model_dump() for t in http_listed.tools]
+    assert [a.model_dump() for a in answers] == [a.model_dump() for a in http_answers]
+    deadline = time.monotonic() + 15
+    while not calls_out.exists() and time.monotonic() < deadline:  # the server writes it as it exits
+        time.sleep(0.05)
+    log = json.loads(calls_out.read_text())
+    assert log["count"] == 3 and [c["match"] for c in log["calls"]] == ["exact", "exact", "fail_call"]
+    said = errlog.read_text()
+    assert "serving 6 tool(s), 6 recording(s) on stdin/stdout" in said
+    assert 'fail_call  capital({"country": "Spain"}) ERROR DIVERGENCE' in said
+
+
+def test_cli_serve_writes_the_call_log_on_sigterm_and_refuses_a_missing_folder(tmp_path: Path) -> None:
+    path, calls_out = tmp_path / "fixture.universe.json", tmp_path / "calls.json"
+    path.write_text(json.dumps(UNIVERSE))
+    missing = subprocess.run([sys.executable, "-m", "wt_otel.cli", "universe", "serve", str(path), "--port", "0",
+                              "--calls-out", str(tmp_path / "nope" / "calls.json")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "its folder does not exist" in missing.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wt_otel.cli", "universe", "serve", str(path), "--port", "0", "--calls-out",
+         str(calls_out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        url = proc.stdout.readline().split(" at ")[1].split()[0]
+        run(call_all(url, "legacy", [("capital", {"country": "France"})]))
+    finally:
+        proc.send_signal(signal.SIGTERM)  # how a process manager (or an MCP client) stops it
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "wrote 1 call(s)" in out
+    assert [c["args"] for c in json.loads(calls_out.read_text())["calls"]] == [{"country": "France"}]
