@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,6 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
     client at the command `wt-otel universe serve FILE --stdio`), and prints
     its lines to stderr.
     """
-    import threading
 
     from wt_otel.contracts.problems import ContractError
     from wt_otel.replay.mcp_server import UniverseMCPServer, serve_stdio
@@ -87,8 +87,8 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
         click.echo(f"error: --calls-out {calls_out}: its folder does not exist", err=True)
         ctx.exit(2)
     served = f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s)"
-    signal.signal(signal.SIGTERM, _interrupt)  # an MCP client stopping its server: end as Ctrl-C does
     if stdio:
+        signal.signal(signal.SIGTERM, _interrupt)  # an MCP client stopping its server: end as Ctrl-C does
         click.echo(f"{served} on stdin/stdout (until the client closes stdin)", err=True)
         with contextlib.suppress(KeyboardInterrupt):
             serve_stdio(engine)
@@ -100,12 +100,7 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
             click.echo(f"error: {listen_error(host, port, exc)}", err=True)
             ctx.exit(1)
         click.echo(f"{served} at {url} (Ctrl-C to stop)")
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.stop()
+        serve_until_stopped(server.stop)
     if calls_out is not None:
         log = engine.call_log()
         try:
@@ -119,6 +114,20 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def serve_until_stopped(stop: Callable[[], object]) -> None:
+    """Block until Ctrl-C or SIGTERM (a process manager, an MCP client), then `stop()` the server: either
+    ends it cleanly (a recording proxy saves its cassette, `--calls-out` is written)."""
+    import threading
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
 
 
 @universe.command("freeze")
@@ -188,7 +197,6 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
       #SEQ miss STATUS llm_divergence at PATH: expected ..., received ...
     The call log is also at GET /wt/llm-calls; POST /wt/reset starts a new run.
     """
-    import threading
 
     from wt_otel.replay.cassette_server import CassetteServer
 
@@ -214,12 +222,7 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
         ctx.exit(1)
     replay = server.replay
     click.echo(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    serve_until_stopped(server.stop)
 
 
 @cassette.command("record")
@@ -247,7 +250,6 @@ def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, por
     every call. One line per recorded call:
       #SEQ recorded[I] STATUS API MODEL [stream] frames=N ttfb=MS
     """
-    import threading
 
     from wt_otel.replay.recorder import RecordingProxy
 
@@ -266,9 +268,4 @@ def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, por
         click.echo(f"error: {exc}", err=True)
         ctx.exit(1)
     click.echo(f"recording at {url} -> {upstream} into {out} (run {proxy.cassette.run})")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        proxy.stop()
+    serve_until_stopped(proxy.stop)
