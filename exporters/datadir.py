@@ -612,8 +612,7 @@ class DataDirStore:
         directory keeps showing the latest revision in the six files a user asked for."""
         dest = str(self.sessions / slug)
         if self.render_mode == "flagged" and not session.flagged and not rendered and isinstance(spans, list) \
-                and spans \
-                and all(isinstance(s, SpanRecord) for s in spans):
+                and spans and all(isinstance(s, SpanRecord) for s in spans):
             meta = {"v": 1, "key": session.key, "complete": session.complete, "trace_ids": session.trace_ids,
                     "conversation_id": session.conversation_id, "service": session.service_name,
                     "started": iso_from_ns(session.started_ns), "ended": iso_from_ns(session.ended_ns),

@@ -302,3 +302,22 @@ def test_cli_serve_writes_the_call_log_on_sigterm_and_refuses_a_missing_folder(t
     assert proc.returncode == 0, err
     assert "wrote 1 call(s)" in out
     assert [c["args"] for c in json.loads(calls_out.read_text())["calls"]] == [{"country": "France"}]
+
+
+def test_cli_serve_stdio_stopped_with_sigterm_exits_cleanly_and_writes_the_call_log(tmp_path: Path) -> None:
+    """An MCP client may stop its server with SIGTERM instead of closing stdin: serve ends as on Ctrl-C."""
+    path, calls_out = tmp_path / "fixture.universe.json", tmp_path / "calls.json"
+    path.write_text(json.dumps(UNIVERSE))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wt_otel.cli", "universe", "serve", str(path), "--stdio", "--calls-out", str(calls_out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert "on stdin/stdout" in proc.stderr.readline()  # stdin stays open: only the signal can end it
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert out == ""  # stdout is the protocol's: nothing else was written there
+    assert json.loads(calls_out.read_text()) == {"calls": [], "count": 0}

@@ -539,7 +539,7 @@ default), deflate (the Python SDK's other choice: zlib format, or raw deflate) a
 `compression: zstd`)."""
 
 _ZSTD_STEP = 64  # fewest compressed bytes fed at a time: at most 16 blocks of 128 KiB come out of one call
-_ZSTD_MIN_WINDOW = 1 << 23  # the Collector's (klauspost/compress) default window
+_ZSTD_MIN_WINDOW = 1 << 23  # 8 MiB, a common encoder default: a small cap must not refuse an ordinary frame
 
 
 def decompress_capped(data: bytes, encoding: str, cap: int) -> bytes:

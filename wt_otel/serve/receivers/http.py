@@ -134,7 +134,7 @@ class OtlpHttpServer(ThreadingHTTPServer):
         self.config, self.pipeline, self.metrics, self.token = config, pipeline, metrics, token
         self.stopping = False
         self.export_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_EXPORTS)
-        # a gzip export may inflate to max_decompressed_bytes and decode to several times that: few at once
+        # a compressed export may inflate to max_decompressed_bytes and decode to several times that: few at once
         self.inflate_slots = threading.BoundedSemaphore(_MAX_CONCURRENT_INFLATIONS)
         self._connections: set[socket.socket] = set()
         self._busy = 0
