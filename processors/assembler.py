@@ -55,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from wt_otel._util.sizeof import record_bytes
+from wt_otel._util.throttle import LogThrottle
 from wt_otel.components import IndexedSession, StageContext, StageType
 from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
@@ -124,7 +125,8 @@ class SessionAssembler:
     def __init__(self, sink: SessionSink, metrics: Metrics | None = None, *, idle_timeout: float = 30.0,
                  grace: float = 2.0, max_open_sessions: int = 10_000, max_records_per_session: int = 20_000,
                  late_window: float = 300.0, max_retained_records: int = 20_000,
-                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 192 * 1024 * 1024) -> None:
+                 is_written: Callable[[str], bool] | None = None, max_held_bytes: int = 192 * 1024 * 1024,
+                 log_throttle: LogThrottle | None = None) -> None:
         self.sink = sink
         self.max_held_bytes = max_held_bytes
         self._open_bytes = 0
@@ -141,6 +143,7 @@ class SessionAssembler:
         self._emitted: set[str] | None = None if is_written else emitted  # without a store, remember keys here
         self._is_written = is_written or emitted.__contains__
         self._warned: OrderedDict[str, set[str]] = OrderedDict()  # warnings already logged, per session key
+        self._throttle = log_throttle or LogThrottle()  # a sample of each kind in the log; every one in the metrics
         self._lock = threading.RLock()
         self._open: OrderedDict[str, _Group] = OrderedDict()  # least recently active first
         # keys of open sessions whose root span arrived, least recently active first (as `_open`): a tick
@@ -253,6 +256,9 @@ class SessionAssembler:
 
     def close(self) -> None:
         self.flush(time.time(), self.close_deadline)
+        for kind, held in self._throttle.held_back().items():
+            log.warning("%d more session warning(s) of kind %r not logged (counted in "
+                        "wt_otel_session_warnings_total)", held, kind)
 
     def needed_position(self) -> int:
         """The lowest segment-log position an open session or a written one kept for late records holds; -1: none."""
@@ -507,10 +513,16 @@ class SessionAssembler:
         return records
 
     def report(self, session: Session) -> None:
-        """Log what the importer did not understand, once per session (revisions repeat it), and count it."""
+        """Log what the importer did not understand, once per session (revisions repeat it), and count it.
+        The log gets the first few of each kind a minute and says how many it left out."""
         for d in fresh_diagnostics(session, self._warned):
-            log.warning("session %s: %s", session.key, d["message"])
             self.metrics.inc("wt_otel_session_warnings_total", kind=d["kind"])
+            show, held = self._throttle.admit(d["kind"])
+            if held:
+                log.warning("%d more session warning(s) of kind %r were not logged (counted in "
+                            "wt_otel_session_warnings_total)", held, d["kind"])
+            if show:
+                log.warning("session %s: %s", session.key, d["message"])
 
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:

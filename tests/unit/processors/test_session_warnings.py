@@ -62,3 +62,53 @@ def test_a_flagged_session_without_content_is_not_auto_replayed(tmp_path: Path):
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in refused["reason"]
     assert metrics.get("wt_otel_replay_refused_total") == 1 and "NOT queued for replay" in warned[0]
     assert not (tmp_path / "scenarios").exists() or not list((tmp_path / "scenarios").iterdir())
+
+
+def test_a_producer_that_trips_one_warning_in_every_session_does_not_flood_the_log(caplog: pytest.LogCaptureFixture):
+    """The log keeps the first few of each kind a period and says how many it left out; the metric counts all."""
+    from wt_otel._util.throttle import LogThrottle
+    from wt_otel.processors.assembler import SessionAssembler
+
+    clock = [0.0]
+    metrics = Metrics()
+    asm = SessionAssembler(lambda s, spans: None, metrics, idle_timeout=0.0, grace=0.0,
+                           log_throttle=LogThrottle(burst=3, period=60.0, clock=lambda: clock[0]))
+    unanswered = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "f", "arguments": {}}]}]
+
+    def sessions(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            span = _chat(f"{i:016x}", i, unanswered)
+            span.trace_id = f"{i:032x}"
+            span.attributes["gen_ai.conversation.id"] = f"conv-{i}"
+            asm.consume([span], now=float(i))
+            asm.flush(now=float(i))
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records]
+
+    with caplog.at_level(logging.WARNING, logger="wt_otel.assembler"):
+        sessions(0, 10)
+        assert sum("has no result" in m for m in lines()) == 3
+        assert not any("not logged" in m for m in lines())
+        clock[0] = 61.0  # a new period: the count held back is said once, with the next line of that kind
+        sessions(10, 5)
+        assert sum("has no result" in m for m in lines()) == 6
+        [said] = [m for m in lines() if "not logged" in m]
+        assert said.startswith("7 more session warning(s) of kind 'tool_call_without_result'")
+        asm.close()  # shutdown says what this period held back
+        assert "2 more session warning(s)" in lines()[-1]
+    assert metrics.get("wt_otel_session_warnings_total", kind="tool_call_without_result") == 15
+
+
+def test_log_throttle_keeps_kinds_apart_and_opens_a_new_period_on_time() -> None:
+    from wt_otel._util.throttle import LogThrottle
+
+    clock = [100.0]
+    t = LogThrottle(burst=2, period=10.0, clock=lambda: clock[0])
+    assert [t.admit("a") for _ in range(4)] == [(True, 0), (True, 0), (False, 0), (False, 0)]
+    assert t.admit("b") == (True, 0)  # another kind has its own budget
+    clock[0] = 109.9
+    assert t.admit("a") == (False, 0) and t.held_back() == {"a": 3}
+    clock[0] = 110.0
+    assert t.admit("a") == (True, 3) and t.held_back() == {}
+    assert t.admit("a") == (True, 0)
