@@ -651,6 +651,27 @@ def test_routes_and_methods(make_env):
     env.assert_still_serves()
 
 
+def test_grpc_health_check_answers_probes_and_follows_the_data_dir(make_env):
+    """A Kubernetes `grpc:` probe (grpc.health.v1, no token) sees what /healthz says: NOT_SERVING while
+    exports are refused because the data dir cannot be written, SERVING again once it can."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    env = make_env(token="s3cret")
+    check = health_pb2.HealthCheckRequest
+    with env.grpc_channel() as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "opentelemetry.proto.collector.trace.v1.TraceService"):
+            assert stub.Check(check(service=service), timeout=TIMEOUT).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Check(check(service="grpc.reflection.v1.ServerReflection"), timeout=TIMEOUT)
+        assert err.value.code() is grpc.StatusCode.NOT_FOUND
+        env.pipeline.admission.set_degraded("data dir", "No space left on device")
+        assert stub.Check(check(), timeout=TIMEOUT).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert env.post("/healthz", b"", None, method="GET")[0] == 503
+        env.pipeline.admission.set_degraded("data dir", None)
+        assert stub.Check(check(), timeout=TIMEOUT).status == health_pb2.HealthCheckResponse.SERVING
+
+
 def test_metrics_endpoint_counts_requests(make_env):
     env = make_env()
     env.post("/v1/traces", span_request(3).SerializeToString())

@@ -16,6 +16,9 @@ the OTel Python exporter reads; also grpc's own answer to a message above
 or wrong `authorization: Bearer <token>` metadata). gzip and deflate from
 clients are handled by grpc itself; zstd is not (grpc's core has no zstd):
 a Collector set to `compression: zstd` sends it over OTLP/HTTP, or gzip here.
+
+`grpc.health.v1.Health/Check` answers gRPC probes (a Kubernetes `grpc:` probe,
+grpc_health_probe) as `/healthz` answers HTTP ones, and needs no token.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import NoReturn
 
 import grpc
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
@@ -135,6 +139,22 @@ def _metadata(context: grpc.ServicerContext, key: str) -> str | None:
     return None
 
 
+class _Health(health_pb2_grpc.HealthServicer):
+    """`Check`: SERVING while exports are taken, NOT_SERVING while they are all refused (the data dir cannot
+    be written: /healthz says degraded), for the server ("") and each OTLP service by name; NOT_FOUND for
+    any other. `Watch` is left UNIMPLEMENTED (probes call Check)."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext):  # noqa: N802
+        if request.service not in ("", _TRACE_SERVICE, _LOGS_SERVICE, _METRICS_SERVICE):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no such service {request.service[:200]!r}")
+        degraded = self.pipeline.admission.degraded
+        status = health_pb2.HealthCheckResponse.NOT_SERVING if degraded else health_pb2.HealthCheckResponse.SERVING
+        return health_pb2.HealthCheckResponse(status=status)
+
+
 def _add_export_service(server: grpc.Server, service: str, servicer: _ExportServicer, response_cls) -> None:
     """Register `servicer.Export` receiving raw bytes (see the module docstring)."""
     handlers = {"Export": grpc.unary_unary_rpc_method_handler(
@@ -160,6 +180,7 @@ def start_grpc(config: ReceiversConfig, pipeline: Pipeline, metrics: Metrics,
     _add_export_service(server, _LOGS_SERVICE, LogsService(pipeline, metrics, token), ExportLogsServiceResponse)
     _add_export_service(server, _METRICS_SERVICE, MetricsService(pipeline, metrics, token),
                         ExportMetricsServiceResponse)
+    health_pb2_grpc.add_HealthServicer_to_server(_Health(pipeline), server)
     port = 0
     failure: str | None = None
     with captured_fd2() as core_lines:  # gRPC core's own lines: routed to logging, the cause kept
