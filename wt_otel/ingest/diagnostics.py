@@ -81,7 +81,11 @@ def content_setting(span: SpanRecord) -> str:
                 "gen_ai_latest_experimental for the message attributes")
     if "openai_agents" in scope or "openai.agents" in scope:
         return ("OpenAI Agents SDK: RunConfig(trace_include_sensitive_data=True) and "
-                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true")
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY (or SPAN_AND_EVENT)")
+    if scope.startswith(("opentelemetry.instrumentation.genai.", "opentelemetry.util.genai")):
+        # the opentelemetry-util-genai based packages: `true` is not one of their values (it turns capture off)
+        return ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY (or SPAN_AND_EVENT / EVENT_ONLY; "
+                "these instrumentations do not take `true`)")
     return ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true (SPAN_ONLY / SPAN_AND_EVENT with "
             "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental)")
 
@@ -112,7 +116,15 @@ def fresh_diagnostics(session: Session, seen: OrderedDict[str, set[str]]) -> lis
 def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], unread: list[SpanRecord]) -> None:
     """Add a `Diagnostic` for everything in this session that the importer could not vouch for."""
     by_id = {s.span_id: s for s in spans}
-    if not session.content_captured and not session.messages:
+    if not session.llm_calls and not session.messages:
+        names = ", ".join(sorted({repr(s.name) for s in spans})[:4])
+        warn(session, Diagnostic(
+            "no_model_call", f"no model call in this session, only spans such as {names}: nothing says what the "
+            "user asked, which tools the model was offered or what it answered. The model client is probably "
+            "not instrumented (an agent framework's instrumentation alone may record agents and tools only): "
+            "instrument the client too, e.g. opentelemetry-instrumentation-genai-openai for the OpenAI client",
+            spans[0].span_id))
+    elif not session.content_captured and not session.messages:
         span = next((by_id[c.span_id] for c in session.llm_calls if c.span_id in by_id), spans[0])
         setting = content_setting(span)
         warn(session, Diagnostic(

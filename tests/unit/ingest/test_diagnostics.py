@@ -39,3 +39,40 @@ def test_explain_group_ranks_the_most_telling_reason():
     assert explain_group([span(name="x", **{"gen_ai.system": "a", "gen_ai.prompt_messages": "[1]"})])[0] == 2
     rank, why = explain_group([span(**{"gen_ai.operation.name": "chat"})])
     assert rank == 3 and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in why
+
+
+@pytest.mark.parametrize("scope", ["opentelemetry.instrumentation.genai.openai",
+                                   "opentelemetry.instrumentation.genai.openai_agents",
+                                   "opentelemetry.util.genai.handler"])
+def test_util_genai_instrumentations_are_not_told_to_set_true(scope: str):
+    """opentelemetry-util-genai takes NO_CONTENT / SPAN_ONLY / EVENT_ONLY / SPAN_AND_EVENT and turns capture
+    OFF on `true` (it logs "true is not a valid option"): the hint must name a value it takes."""
+    setting = content_setting(span(scope))
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY" in setting
+    assert "CONTENT=true" not in setting
+
+
+def test_agent_and_tool_spans_without_a_model_call_say_the_client_is_not_instrumented():
+    """genai-openai-agents 1.3b0 without genai-openai records only these three spans (attributes as it emits
+    them): the session has a tool call but no ask, no tools offered and no answer, and must say why."""
+    from wt_otel.ingest.sessions import build_session
+
+    scope = "opentelemetry.instrumentation.genai.openai_agents"
+    workflow = SpanRecord(trace_id="t" * 32, span_id="1" * 16, name="invoke_workflow weather-desk", start_ns=0,
+                          end_ns=9, scope_name=scope, attributes={
+                              "gen_ai.operation.name": "invoke_workflow", "gen_ai.conversation.id": "conv-1",
+                              "gen_ai.workflow.name": "weather-desk"})
+    agent = SpanRecord(trace_id="t" * 32, span_id="2" * 16, parent_span_id="1" * 16,
+                       name="invoke_agent weather-assistant", start_ns=1, end_ns=8, scope_name=scope, attributes={
+                           "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather-assistant",
+                           "gen_ai.conversation.id": "conv-1"})
+    tool = SpanRecord(trace_id="t" * 32, span_id="3" * 16, parent_span_id="2" * 16, name="execute_tool get_weather",
+                      start_ns=2, end_ns=3, scope_name=scope, attributes={
+                          "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+                          "gen_ai.tool.type": "function", "gen_ai.tool.call.arguments": '{"city":"Lisbon"}',
+                          "gen_ai.tool.call.result": '{"city":"Lisbon","temp_c":21}'})
+    session = build_session([workflow, agent, tool])
+    assert session is not None and session.messages == [] and session.llm_calls == []
+    [d] = session.diagnostics
+    assert d["kind"] == "no_model_call" and "model client is probably not instrumented" in d["message"]
+    assert "'invoke_agent weather-assistant'" in d["message"] and d["message"] in session.warnings
