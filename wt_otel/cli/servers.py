@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 from collections.abc import Callable
@@ -87,11 +86,9 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
         click.echo(f"error: --calls-out {calls_out}: its folder does not exist", err=True)
         ctx.exit(2)
     served = f"serving {len(engine.universe.tools)} tool(s), {len(engine.universe.recordings)} recording(s)"
-    if stdio:
-        signal.signal(signal.SIGTERM, _interrupt)  # an MCP client stopping its server: end as Ctrl-C does
-        click.echo(f"{served} on stdin/stdout (until the client closes stdin)", err=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            serve_stdio(engine)
+    if stdio:  # an MCP client stops its server by closing stdin, or with SIGTERM
+        serve_until_stopped(f"{served} on stdin/stdout (until the client closes stdin)",
+                            serve=lambda: serve_stdio(engine), err=True)
     else:
         server = UniverseMCPServer(engine, host=host, port=port)
         try:
@@ -99,8 +96,7 @@ def universe_serve(ctx: click.Context, file: Path, host: str, port: int, synthes
         except (OSError, RuntimeError) as exc:
             click.echo(f"error: {listen_error(host, port, exc)}", err=True)
             ctx.exit(1)
-        click.echo(f"{served} at {url} (Ctrl-C to stop)")
-        serve_until_stopped(server.stop)
+        serve_until_stopped(f"{served} at {url} (Ctrl-C to stop)", stop=server.stop)
     if calls_out is not None:
         log = engine.call_log()
         try:
@@ -116,18 +112,39 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def serve_until_stopped(stop: Callable[[], object]) -> None:
-    """Block until Ctrl-C or SIGTERM (a process manager, an MCP client), then `stop()` the server: either
-    ends it cleanly (a recording proxy saves its cassette, `--calls-out` is written)."""
+def serve_until_stopped(ready: str, stop: Callable[[], object] = lambda: None,
+                        serve: Callable[[], object] | None = None, err: bool = False) -> None:
+    """Print `ready` and wait for Ctrl-C, SIGTERM (a process manager, an MCP client) or, given `serve`, its
+    return; then `stop()` the server: each ends it cleanly (a recording proxy saves its cassette,
+    `--calls-out` is written).
+
+    `serve` runs in a daemon thread, so the main thread only ever waits here: the KeyboardInterrupt a
+    signal raises lands in this wait, never half-way through a server's event loop. The handler is in
+    place before `ready` is printed, so a caller that signals as soon as it reads the line is safe too."""
     import threading
+
+    finished, failed = threading.Event(), []
+
+    def run(target: Callable[[], object]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # handed to the main thread, which reports it
+            failed.append(exc)
+        finally:
+            finished.set()
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        threading.Event().wait()
+        if serve is not None:
+            threading.Thread(target=run, args=(serve,), name="wt-otel-serve", daemon=True).start()
+        click.echo(ready, err=err)
+        finished.wait()
     except KeyboardInterrupt:
         pass
     finally:
         stop()
+    if failed:
+        raise failed[0]
 
 
 @universe.command("freeze")
@@ -221,8 +238,8 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
         click.echo(f"error: {listen_error(host, port, exc)}", err=True)
         ctx.exit(1)
     replay = server.replay
-    click.echo(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)")
-    serve_until_stopped(server.stop)
+    serve_until_stopped(f"serving {len(replay.calls)} recorded call(s) of run {replay.run} at {url} ({match} match)",
+                        stop=server.stop)
 
 
 @cassette.command("record")
@@ -267,5 +284,4 @@ def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, por
     except (OSError, ValueError) as exc:  # bad URL, unreadable/invalid cassette (ContractError), port taken
         click.echo(f"error: {exc}", err=True)
         ctx.exit(1)
-    click.echo(f"recording at {url} -> {upstream} into {out} (run {proxy.cassette.run})")
-    serve_until_stopped(proxy.stop)
+    serve_until_stopped(f"recording at {url} -> {upstream} into {out} (run {proxy.cassette.run})", stop=proxy.stop)
