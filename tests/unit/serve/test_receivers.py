@@ -341,14 +341,17 @@ def test_http_gzip_success_raw(make_env):
     assert len(env.recorder.wait_for(2)) == 2
 
 
-@pytest.mark.parametrize("encoding", ["deflate", "raw-deflate", "zstd", "zstd-frames"])
+@pytest.mark.parametrize("encoding", ["deflate", "raw-deflate", "zlib", "zstd", "zstd-frames"])
 def test_http_deflate_and_zstd_bodies_are_read(make_env, encoding):
-    """deflate as the Python SDK sends it (zlib format) and as raw deflate; zstd as the Collector's otlphttp
-    exporter sends it with `compression: zstd`, in one frame or several."""
+    """deflate as the Python SDK sends it (zlib format) and as raw deflate; zlib and zstd as the Collector's
+    otlphttp exporter sends them with `compression: zlib` (the zlib format, named "zlib") or `zstd`, in one
+    frame or several."""
     env = make_env()
     data = span_request(3).SerializeToString()
     if encoding == "zstd-frames":
         body, header = compress(data[:100], "zstd") + compress(data[100:], "zstd"), "zstd"
+    elif encoding == "zlib":
+        body, header = zlib.compress(data), "zlib"
     else:
         body, header = compress(data, encoding), encoding.removeprefix("raw-")
     status, _, payload = env.post("/v1/traces", body, headers={"Content-Encoding": header})

@@ -8,7 +8,7 @@ the bounded `Pipeline`, count everything. The transports only translate its
 protobuf traces request is screened by the span index before it is decoded
 (`screened`): spans the filter would drop are never converted.
 
-Also here: bounded decompression of gzip, deflate and zstd bodies (the
+Also here: bounded decompression of gzip, deflate (zlib) and zstd bodies (the
 decompressed size is checked while inflating, so a bomb never allocates more
 than the cap), bearer-token
 checks (constant time), and the hand-written wire encoding of
@@ -533,10 +533,10 @@ def _dicts(value: object) -> list[dict]:
 # --------------------------------------------------------------------------- limits, auth
 
 
-CONTENT_ENCODINGS = ("gzip", "x-gzip", "deflate", "zstd")
+CONTENT_ENCODINGS = ("gzip", "x-gzip", "deflate", "zlib", "zstd")
 """The compressed OTLP/HTTP bodies serve takes: gzip (the OTLP spec's, every SDK's and the Collector's
-default), deflate (the Python SDK's other choice: zlib format, or raw deflate) and zstd (the Collector's
-`compression: zstd`)."""
+default), deflate (the Python SDK's other choice: zlib format, or raw deflate), zlib (the Collector's
+`compression: zlib` names its zlib-format body so) and zstd (the Collector's `compression: zstd`)."""
 
 _ZSTD_STEP = 64  # fewest compressed bytes fed at a time: at most 16 blocks of 128 KiB come out of one call
 _ZSTD_MIN_WINDOW = 1 << 23  # 8 MiB, a common encoder default: a small cap must not refuse an ordinary frame
@@ -547,10 +547,10 @@ def decompress_capped(data: bytes, encoding: str, cap: int) -> bytes:
     bytes (plus one step's worth): raises `TooLarge` past the cap, `MalformedRequest` on a broken body."""
     if encoding in ("gzip", "x-gzip"):
         return _inflate(data, cap, "gzip", 16 + zlib.MAX_WBITS, member=b"\x1f\x8b")
-    if encoding == "deflate":
+    if encoding in ("deflate", "zlib"):
         # HTTP's deflate is the zlib format (RFC 9110); some clients send raw deflate: the header tells them apart
         zlib_format = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-        return _inflate(data, cap, "deflate", zlib.MAX_WBITS if zlib_format else -zlib.MAX_WBITS)
+        return _inflate(data, cap, encoding, zlib.MAX_WBITS if zlib_format else -zlib.MAX_WBITS)
     if encoding == "zstd":
         return _unzstd(data, cap)
     raise ValueError(f"not a content encoding serve decompresses: {encoding!r}")

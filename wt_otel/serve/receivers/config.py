@@ -54,7 +54,7 @@ class ReceiversConfig(BaseModel):
     # checks after decompression, so a compressed gRPC message gets no more room than a plain one.
     max_message_bytes: int = Field(4 * MiB, gt=0, description="largest request body as sent")
     max_decompressed_bytes: int = Field(32 * MiB, gt=0,
-                                        description="largest body after decompression (gzip, deflate, zstd)")
+                                        description="largest body after decompression (gzip, deflate, zlib, zstd)")
     # OTLP/HTTP against slow and many clients: a request (line, headers, body) must arrive within
     # http_read_timeout; connections beyond the limits get an immediate 503 + Retry-After.
     http_read_timeout: float = Field(20.0, gt=0, description="seconds for a request to arrive whole")

@@ -5,7 +5,7 @@ Routes:
 =================  ======  =====================================================
 path               method  answer
 =================  ======  =====================================================
-/v1/traces         POST    OTLP export (protobuf or JSON; gzip, deflate or zstd, or none)
+/v1/traces         POST    OTLP export (protobuf or JSON; gzip, deflate, zlib or zstd, or none)
 /v1/logs           POST    OTLP export
 /v1/metrics        POST    accepted and dropped (counted), so an app's metric exporter does not fail
 /healthz           GET     200 ``{"status":"ok"}``, never needs the token (probes);
@@ -23,7 +23,7 @@ rejected), 400 malformed body (the message says what is wrong), 401
 missing/wrong bearer token, 411 no Content-Length and not chunked, 413 body
 above `max_message_bytes` or inflating above `max_decompressed_bytes`, 415
 content type other than ``application/x-protobuf``/``application/json`` or a
-content encoding other than gzip, deflate or zstd, 429 + Retry-After (queue full or too many
+content encoding other than gzip, deflate, zlib or zstd, 429 + Retry-After (queue full or too many
 concurrent exports), 503 + Retry-After (shutting down).
 
 Whenever a request is refused before its body is read, the connection is
