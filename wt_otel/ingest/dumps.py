@@ -242,9 +242,13 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         return "otlp-proto"
     if head and _looks_like_proto(head):
         return "otlp-proto"
-    what = "an empty file" if not head else "no recognisable content"
+    if not head:  # the usual cause is upstream: the listing of formats would only distract from it
+        raise DumpFormatError(
+            f"{path}: an empty file: no telemetry was written to it. Check that the producer exports to this "
+            "file and is flushed before its process exits (force_flush / shutdown of the provider), and that "
+            "its telemetry is switched on at all")
     raise DumpFormatError(
-        f"{path}: cannot detect the dump format ({what}). Supported: "
+        f"{path}: cannot detect the dump format (no recognisable content). Supported: "
         "otlp-json (collector file exporter, one request per line: resourceSpans/resourceLogs; or one "
         "pretty-printed document, Tempo's {\"batches\": ...}, a {\"result\": ...} wrapper), "
         "jaeger-json (Jaeger UI / query API: {\"data\": [{\"spans\": ..., \"processes\": ...}]}), "

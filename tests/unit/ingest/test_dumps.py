@@ -240,8 +240,9 @@ def test_unknown_format_lists_the_supported_ones(tmp_path):
     unknown_json = write(tmp_path / "x.jsonl", jsonl({"hello": 1}))
     with pytest.raises(DumpFormatError, match="cannot detect"):
         detect_format(unknown_json)
-    with pytest.raises(DumpFormatError, match="empty file"):
+    with pytest.raises(DumpFormatError, match="an empty file: no telemetry was written to it") as empty:
         detect_format(write(tmp_path / "empty.jsonl", b""))
+    assert "force_flush" in str(empty.value) and "Supported" not in str(empty.value)
     with pytest.raises(DumpFormatError, match="unknown dump format 'csv'"):
         read_dump(path, "csv")
 
