@@ -257,8 +257,7 @@ class SessionAssembler:
     def close(self) -> None:
         self.flush(time.time(), self.close_deadline)
         for kind, held in self._throttle.held_back().items():
-            log.warning("%d more session warning(s) of kind %r not logged (counted in "
-                        "wt_otel_session_warnings_total)", held, kind)
+            _say_held_back(kind, held)
 
     def needed_position(self) -> int:
         """The lowest segment-log position an open session or a written one kept for late records holds; -1: none."""
@@ -519,8 +518,7 @@ class SessionAssembler:
             self.metrics.inc("wt_otel_session_warnings_total", kind=d["kind"])
             show, held = self._throttle.admit(d["kind"])
             if held:
-                log.warning("%d more session warning(s) of kind %r were not logged (counted in "
-                            "wt_otel_session_warnings_total)", held, d["kind"])
+                _say_held_back(d["kind"], held)
             if show:
                 log.warning("session %s: %s", session.key, d["message"])
 
@@ -562,3 +560,8 @@ def _create(config: AssemblerConfig, ctx: StageContext, sink: SessionSink) -> Se
 
 STAGE = StageType("assembler", "assembler", _create, AssemblerConfig,
                   description="group records into sessions and say when each is complete")
+
+
+def _say_held_back(kind: str, held: int) -> None:
+    log.warning("%d more session warning(s) of kind %r were not logged (counted in wt_otel_session_warnings_total)",
+                held, kind)

@@ -133,7 +133,7 @@ def serve_until_stopped(ready: str, stop: Callable[[], object] = lambda: None,
         finally:
             finished.set()
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if serve is not None:
             threading.Thread(target=run, args=(serve,), name="wt-otel-serve", daemon=True).start()
@@ -143,6 +143,7 @@ def serve_until_stopped(ready: str, stop: Callable[[], object] = lambda: None,
         pass
     finally:
         stop()
+        signal.signal(signal.SIGTERM, previous)
     if failed:
         raise failed[0]
 

@@ -68,3 +68,23 @@ def test_universe_serve_of_something_else_says_not_a_universe_file(content: str,
     path.write_text(content)
     res = CliRunner().invoke(main, ["universe", "serve", str(path), "--port", "0"])
     assert res.exit_code == 1 and says in res.output, res.output
+
+
+def test_serve_until_stopped_ends_with_its_server_and_hands_on_the_servers_error() -> None:
+    """The stdio server runs in a thread: its return ends the wait, its exception is raised in the main thread
+    (not lost in the thread), `stop` runs either way, and the SIGTERM handler is put back afterwards."""
+    import signal
+
+    from wt_otel.cli.servers import serve_until_stopped
+
+    before = signal.getsignal(signal.SIGTERM)
+    stopped: list[int] = []
+    serve_until_stopped("ready", stop=lambda: stopped.append(1), serve=lambda: None)
+
+    def broken() -> None:
+        raise RuntimeError("stdin is gone")
+
+    with pytest.raises(RuntimeError, match="stdin is gone"):
+        serve_until_stopped("ready", stop=lambda: stopped.append(2), serve=broken)
+    assert stopped == [1, 2]
+    assert signal.getsignal(signal.SIGTERM) is before
