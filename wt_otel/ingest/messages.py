@@ -145,6 +145,11 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def decode_value(value: Any) -> Any:
+    """JSON or Python-repr text -> data (never evaluated); anything else unchanged."""
+    return _decode(value)
+
+
 # ---------------------------------------------------------------- tool results and arguments
 
 def tool_result(value: Any, _depth: int = 0) -> Any:

@@ -52,6 +52,8 @@ class LLMCall:
     error_message: str | None = None
     content_captured: bool = True
     is_transcript: bool = False
+    # an agent/task span's own input text: what the user gave the agent, before any prompt template
+    agent_input: str | None = None
     conversation_id: str | None = None
     # first-token latency from the telemetry (GenAI / OpenLLMetry attribute, OpenInference event); None: unknown
     ttfb_ms: float | None = None
@@ -94,6 +96,14 @@ class Session:
     # spans that are neither LLM calls nor tool calls (Agents SDK guardrail, handoff, custom, types added later),
     # kept as canonical custom spans {type, name, span_id, data, triggered? from_agent? to_agent?} (trace2test)
     custom_spans: list[dict[str, Any]] = field(default_factory=list)
+    # how the session was assembled, on evidence (wt_otel.ingest.joins): "trace", "conversation_id:<key>",
+    # "continuation:<trace id>" (a trace without an id whose history extends this session's exactly)
+    joined_by: list[str] = field(default_factory=list)
+    # who and where, for content joins (never joined across them): resource `service.instance.id`, the
+    # end user's id; `feedback`: a span carries a feedback key (a join on a tie never takes such a session)
+    service_instance_id: str | None = None
+    user_id: str | None = None
+    feedback: bool = False
 
     @property
     def evidence(self) -> str:

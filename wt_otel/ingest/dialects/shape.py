@@ -1,0 +1,387 @@
+"""The shape-first reader: conversation data wherever a producer put it, with no dialect of its own.
+
+Every dialect in this package knows where one producer puts its content. This reader knows none of
+them; it reads what any producer emits by its *shape*:
+
+- what the span is (`span_role`): an LLM call, a tool run or an agent/workflow step, from whatever the
+  producer says (`gen_ai.operation.name`, `openinference.span.kind`, `traceloop.span.kind`,
+  `langfuse.observation.type`, `mlflow.spanType`, Haystack's component type, ...: any attribute named
+  like a span kind or type), else from the span name;
+- where the content is (`fields`): every attribute and event attribute, flattened lists
+  (`x.0.role`, `x.0.content`) put back together, JSON or Python-repr text decoded; a field's name says
+  whether it is an input or an output (`input`, `prompt`, `request`, `arguments` / `output`,
+  `completion`, `response`, `result`, ...);
+- what the content is: a message list in any role vocabulary and any encoding the parts layer knows
+  (`wt_otel.ingest.messages`), one message per event (`gen_ai.user.message`, a log body in JSON), a
+  tool's name, arguments and result, or the plain text an agent was asked and answered.
+
+It is the last reader `dialects.observe` asks, so a producer nobody wrote a dialect for still gives
+sessions; with every dialect switched off (`WT_OTEL_DIALECTS_OFF=all`) it reads the fixtures alone,
+which is how the leave-one-producer-out test proves that the import generalises.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from wt_otel.ingest.dialects.common import base_call, tool_definition
+from wt_otel.ingest.dialects.tools import tool_execution
+from wt_otel.ingest.messages import ROLE_ALIASES, decode_value, read_messages, split_system
+from wt_otel.model.session import Observation
+from wt_otel.model.spans import SpanRecord
+
+NAME = "shape"
+
+LLM, TOOL, AGENT = "llm", "tool", "agent"
+
+_INPUT = frozenset({"input", "inputs", "prompt", "prompts", "request", "messages", "contents", "history",
+                    "arguments", "args", "parameters", "params", "query", "question", "instructions"})
+_OUTPUT = frozenset({"output", "outputs", "completion", "completions", "response", "responses", "result",
+                     "results", "choices", "choice", "answer", "return", "candidates", "generations", "reply"})
+# Fields that describe content rather than hold it.
+_METADATA = frozenset({"token", "tokens", "usage", "count", "model", "id", "ids", "mime", "finish", "reason",
+                       "reasons", "length", "size", "time", "latency", "cost", "status", "kind", "type", "name",
+                       "names", "version", "schema", "hash", "level", "provider", "system", "temperature",
+                       "top", "seed", "stream", "streaming", "max", "duration", "ttft", "error", "code", "url",
+                       "encoding", "format", "tags", "tag"})
+_TOOL_DEFS = frozenset({"tools", "functions", "definitions"})
+_KIND_TAIL = re.compile(r"(?:^|[._])(?:span[._]?kind|span[._]?type|spantype|observation[._]type|operation[._]name|"
+                        r"component[._]type|run[._]type|entity[._]kind|span[._]category)$", re.IGNORECASE)
+_TOKEN_SPLIT = re.compile(r"[._\-\s/:]+|(?<=[a-z0-9])(?=[A-Z])")
+_TOOL_NAME_KEYS = re.compile(r"(?:^|[._])(?:tool[._]?name|function[._]?name|tool)$", re.IGNORECASE)
+_CALL_ID_KEYS = re.compile(r"(?:^|[._])(?:tool[._]?call[._]?id|call[._]?id|tool[._]?id|tool[._]?use[._]?id)$",
+                           re.IGNORECASE)
+_NAME_PREFIX = re.compile(r"^(?:execute_tool|tool|running tool|call tool|function|tool call)[:\s]+", re.IGNORECASE)
+_MAX_FIELDS = 64  # a hostile span with thousands of attributes costs a bounded read
+_MAX_TEXT = 2_000_000
+
+
+@lru_cache(maxsize=8192)
+def tokens(key: str) -> frozenset[str]:
+    """`gen_ai.input.messages` -> {gen, ai, input, messages}; `mlflow.spanInputs` -> {mlflow, span, inputs}."""
+    return frozenset(t.lower() for t in _TOKEN_SPLIT.split(key) if t)
+
+
+@lru_cache(maxsize=4096)
+def _role_of_kind(value: str) -> str | None:
+    v = value.lower()
+    if "tool" in v or v in ("function", "execute_tool", "function_call"):
+        return TOOL
+    if any(w in v for w in ("llm", "chat", "generat", "complet", "inference", "responses", "model_call",
+                            "generate_content")) or v in ("model", "chat_model"):
+        return LLM
+    if any(w in v for w in ("agent", "chain", "workflow", "task", "crew", "pipeline", "graph", "flow")):
+        return AGENT
+    return None
+
+
+def span_role(span: SpanRecord) -> str | None:
+    """llm / tool / agent from what the producer says of the span, else from its name; None: unknown."""
+    a = span.attributes
+    op = a.get("gen_ai.operation.name")
+    if isinstance(op, str) and (role := _role_of_kind(op)):
+        return role
+    for key, value in a.items():
+        if isinstance(value, str) and _KIND_TAIL.search(key) and (role := _role_of_kind(value)):
+            return role
+    head = span.name.split(" ", 1)[0].lower()
+    if head in ("chat", "text_completion", "generate_content", "completion", "responses"):
+        return LLM
+    if head == "execute_tool":
+        return TOOL
+    if head == "invoke_agent":
+        return AGENT
+    return None
+
+
+# ---------------------------------------------------------------- fields
+
+def _direction(key: str) -> str | None:
+    """'in' / 'out' / 'both' (a whole history) / None (not content) from a field's name."""
+    toks = tokens(key)
+    if toks & _METADATA and not toks & {"messages", "value"}:
+        return None
+    out, inp = bool(toks & _OUTPUT), bool(toks & _INPUT)
+    if out:
+        return "out"
+    if inp:
+        return "in"
+    if "message" in toks or "all" in toks or "conversation" in toks or "content" in toks:
+        return "both"
+    return None
+
+
+def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(key, direction, value) of every attribute that may hold content; flattened lists rebuilt."""
+    out: list[tuple[str, str, Any]] = []
+    flat: dict[str, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        m = _FLAT_INDEX.search(key)
+        if m is not None:  # `llm.input_messages.0.message.role`: one field `llm.input_messages`
+            flat.setdefault(key[:m.start()], {})[key[m.start() + 1:]] = value
+            continue
+        if value is None or value == "" or isinstance(value, bool | int | float):
+            continue
+        d = _direction(key)
+        if d is not None:
+            out.append((key, d, value))
+    for prefix, rest in flat.items():
+        d = _direction(prefix)
+        if d is not None:
+            out.append((prefix, d, _unflatten(rest)))
+    return out[:_MAX_FIELDS]
+
+
+_FLAT_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _unflatten(rest: dict[str, Any]) -> list[Any]:
+    root: dict[str, Any] = {}
+    for key, value in rest.items():
+        node = root
+        *path, leaf = key.split(".")
+        for seg in path:
+            child = node.get(seg)
+            if not isinstance(child, dict):
+                child = node[seg] = {}
+            node = child
+        node[leaf] = value
+    listed = _listify(root)
+    return listed if isinstance(listed, list) else [listed]
+
+
+def _listify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    items = {k: _listify(v) for k, v in node.items()}
+    if items and all(k.isdigit() for k in items):
+        return [items[k] for k in sorted(items, key=int)]
+    return items
+
+
+# ---------------------------------------------------------------- shapes
+
+_MESSAGE_CLASS = re.compile(r"Message(?:Chunk)?$")
+_CONTAINERS = ("messages", "all_messages", "input", "inputs", "prompt", "contents", "history", "chat_history",
+               "choices", "output", "outputs", "generations", "candidates", "conversation", "message")
+
+
+def _message_like(d: Any) -> bool:
+    if not isinstance(d, dict):
+        return False
+    role = d.get("role")
+    if isinstance(role, str) and role.lower() in ROLE_ALIASES:
+        return True
+    if d.get("lc") == 1 and isinstance(d.get("id"), list) and d["id"] and _MESSAGE_CLASS.search(str(d["id"][-1])):
+        return True
+    t = d.get("type")
+    if isinstance(t, str) and t in ROLE_ALIASES and isinstance(d.get("data"), dict):
+        return True  # LangChain's message_to_dict
+    if t in ("message", "function_call", "function_call_output") and ("content" in d or "arguments" in d
+                                                                      or "output" in d):
+        return True  # OpenAI Responses items
+    klass = d.get("__class__")
+    return isinstance(klass, str) and bool(_MESSAGE_CLASS.search(klass))
+
+
+def message_list(value: Any, _depth: int = 0) -> list[Any] | None:
+    """The raw messages in `value` when it is (or wraps) a conversation, else None."""
+    if _depth > 3:
+        return None
+    data = decode_value(value)
+    if isinstance(data, dict):
+        if _message_like(data):
+            return [data]
+        for key in _CONTAINERS:
+            inner = data.get(key)
+            if isinstance(inner, list | dict):
+                found = message_list(inner, _depth + 1)
+                if found:
+                    return found
+        return None
+    if not isinstance(data, list) or not data:
+        return None
+    items: list[Any] = []
+    for item in data[:10_000]:
+        if isinstance(item, list):
+            items.extend(item)  # LangChain's [[messages]] per prompt
+        elif isinstance(item, dict) and "message" in item and isinstance(item["message"], dict) and (
+                "role" not in item):
+            items.append(item["message"])  # choices, OpenInference `{message: {...}}` entries
+        else:
+            items.append(item)
+    like = sum(1 for i in items if _message_like(i))
+    return items if like and like * 2 >= len(items) else None
+
+
+def plain_text(value: Any) -> str | None:
+    """The one text a value carries: a string, or a dict/list holding a single string leaf (a run's
+    `{"question": ...}`, a decorator's `{"args": ["..."], "kwargs": {}}`)."""
+    data = decode_value(value)
+    if isinstance(data, str):
+        return data if data.strip() and len(data) <= _MAX_TEXT else None
+    leaves: list[str] = []
+
+    def walk(node: Any, depth: int) -> None:
+        if len(leaves) > 1 or depth > 4:
+            return
+        if isinstance(node, str):
+            if node.strip():
+                leaves.append(node)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if k not in ("type", "role", "name", "id", "__class__") and not isinstance(v, bool):
+                    walk(v, depth + 1)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, depth + 1)
+
+    walk(data, 0)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+# ---------------------------------------------------------------- reading
+
+def extract(span: SpanRecord) -> list[Observation]:
+    role = span_role(span)
+    found = fields(span.attributes)
+    event_messages = _event_messages(span)
+    for ev in span.events:  # a details event carries the same fields as the span would
+        if ev.attributes:
+            found += fields(ev.attributes)
+    if not found and not event_messages:
+        return []
+    if role == TOOL:
+        tool = _tool(span, found)
+        if tool:
+            return tool
+    return _conversation(span, role, found, event_messages)
+
+
+def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str, Any]],
+                  event_messages: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> list[Observation]:
+    inputs: list[dict[str, Any]] | None = None
+    outputs: list[dict[str, Any]] | None = None
+    definitions: list[dict[str, Any]] = []
+    texts: dict[str, str] = {}
+    for key, direction, value in found:
+        if tokens(key) & _TOOL_DEFS:
+            definitions += _definitions(value)
+            continue
+        raw = message_list(value)
+        if raw is not None:
+            if direction == "out":
+                if outputs is None:
+                    outputs = read_messages(raw, "assistant")
+            elif inputs is None:
+                inputs = read_messages(raw)
+            continue
+        if direction in ("in", "out") and direction not in texts:
+            text = plain_text(value)
+            if text is not None:
+                texts[direction] = text
+    ev_in, ev_out = event_messages
+    if inputs is None and ev_in:
+        inputs = ev_in
+    if outputs is None and ev_out:
+        outputs = ev_out
+    if inputs is None and outputs is None and not texts:
+        return []
+    call = base_call(span, NAME)
+    system, msgs = split_system(inputs or [])
+    call.system_instructions = system
+    call.input_messages = msgs
+    call.output_messages = [m for m in outputs or [] if m["role"] != "system"]
+    if not call.output_messages and "out" in texts and (inputs is not None or role in (LLM, AGENT)):
+        call.output_messages = [{"role": "assistant", "parts": [{"type": "text", "content": texts["out"]}]}]
+    if inputs is None and "in" in texts and role == AGENT:
+        # what the agent was asked: the user's own words, before any framework wrapped them in a prompt
+        call.input_messages = [{"role": "user", "parts": [{"type": "text", "content": texts["in"]}]}]
+        call.agent_input = texts["in"]
+    if not call.input_messages and not call.output_messages:
+        return []
+    call.tool_definitions = definitions
+    # only an LLM span is a model call; anything else that logs messages repeats them
+    call.is_transcript = role != LLM
+    return [call]
+
+
+def _definitions(value: Any) -> list[dict[str, Any]]:
+    data = decode_value(value)
+    items = data if isinstance(data, list) else [data]
+    out = []
+    for item in items:
+        item = decode_value(item)
+        if isinstance(item, dict) and isinstance(item.get("tool"), dict):
+            item = item["tool"]  # OpenInference `llm.tools.N.tool.json_schema`
+        if isinstance(item, dict) and "json_schema" in item:
+            item = decode_value(item["json_schema"])
+        d = tool_definition(item)
+        if d:
+            out.append(d)
+    return out
+
+
+def _tool(span: SpanRecord, found: list[tuple[str, str, Any]]) -> list[Observation]:
+    a = span.attributes
+    if any(message_list(v) for _, _, v in found):
+        return []  # a step that runs several tools logs messages: read as a conversation view
+    name = next((str(v) for k, v in a.items() if isinstance(v, str) and v and _TOOL_NAME_KEYS.search(k)), None)
+    if name is None:
+        name = _NAME_PREFIX.sub("", span.name).removesuffix(".tool").strip() or span.name
+    call_id = next((v for k, v in a.items() if isinstance(v, str) and v and _CALL_ID_KEYS.search(k)), None)
+    args = next((v for _, d, v in found if d == "in"), None)
+    result = next((v for _, d, v in found if d == "out"), None)
+    if args is None and result is None:
+        return []
+    return [tool_execution(span, name, args, result, call_id, NAME)]
+
+
+def _event_messages(span: SpanRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(input, output) messages from one-message-per-event telemetry, whatever the event names: an event
+    named for a role (`gen_ai.user.message`, `...assistant...`) or a choice, its body or attributes the
+    message (a dict, or JSON text as some SDKs log it)."""
+    chat: list[Any] = []
+    outputs: list[Any] = []
+    for ev in sorted(span.events, key=lambda e: e.time_ns):
+        name = ev.name if ev.name not in ("", "event") else str(ev.attributes.get("event.name") or "")
+        if name == "gen_ai.client.inference.operation.details":
+            continue
+        toks = tokens(name) | (tokens(str(ev.attributes.get("event.name"))) if "event.name" in ev.attributes
+                               else frozenset())
+        role = next((ROLE_ALIASES[t] for t in ("user", "system", "assistant", "tool") if t in toks), None)
+        choice = "choice" in toks or "completion" in toks
+        if role is None and not choice:
+            continue
+        body = decode_value(ev.body) if ev.body is not None else None
+        if not isinstance(body, dict | str | list):
+            body = {k: v for k, v in ev.attributes.items() if k not in ("event.name", "gen_ai.system",
+                                                                      "gen_ai.provider.name")}
+        msg = _event_message(body, "assistant" if choice else role or "user")
+        if msg is None:
+            continue
+        (outputs if choice else chat).append(msg)
+    return read_messages(chat), read_messages(outputs, "assistant")
+
+
+def _event_message(body: Any, role: str) -> dict[str, Any] | None:
+    if isinstance(body, str | list):
+        return {"role": role, "content": body}
+    if not isinstance(body, dict):
+        return None
+    inner = decode_value(body.get("message")) if "message" in body else None
+    if isinstance(inner, dict):
+        body = inner
+    msg = {"role": body.get("role") or role, "content": decode_value(body.get("content"))}
+    if body.get("tool_calls"):
+        msg["tool_calls"] = decode_value(body["tool_calls"])
+    if msg["role"] == "tool" or role == "tool":
+        msg["tool_call_id"] = str(body.get("id") or body.get("tool_call_id") or "")
+    if msg["content"] is None and not msg.get("tool_calls"):
+        return None
+    return msg
+
+
+__all__ = ["NAME", "extract", "fields", "message_list", "plain_text", "span_role", "tokens"]
