@@ -407,6 +407,9 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     fast = _fast_parts(d)
     if fast is not None:
         return _finish(d["role"], fast)
+    if "contents" in d and "content" not in d and isinstance(d["contents"], list):
+        # flattened conventions (OpenInference) wrap each block as `{message_content: {...}}`
+        d = {**d, "content": [_only_child(c) for c in d["contents"]]}
     if "blocks" in d and "content" not in d and "parts" not in d:  # LlamaIndex ChatMessage
         raw_extra = d.get("additional_kwargs")
         extra = raw_extra if isinstance(raw_extra, dict) else {}
@@ -456,6 +459,7 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     else:
         parts = [p for b in _as_blocks(_content(d.get("content"))) for p in _part_from_block(b)]
     for tc in _content(d.get("tool_calls")) or []:
+        tc = _only_child(tc)  # `{tool_call: {id, function}}` (OpenInference, flattened)
         if isinstance(tc, dict):
             raw_fn = tc.get("function")
             fn = raw_fn if isinstance(raw_fn, dict) else tc
@@ -472,6 +476,16 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     if d.get("name") and out and role not in ("tool",):
         out[-1]["name"] = d["name"]
     return out
+
+
+def _only_child(value: Any) -> Any:
+    """The dict inside a one-key dict that names its item (`{"tool_call": {...}}`, `{"message_content": {...}}`);
+    anything else unchanged."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, inner), = value.items()
+        if isinstance(inner, dict) and key in ("tool_call", "message_content", "content", "block", "item", "part"):
+            return inner
+    return value
 
 
 def _content(value: Any) -> Any:
@@ -531,12 +545,12 @@ def _finish(role: str, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     parts = [p for p in parts if not (p.get("type") == "text" and not p.get("content"))]
     if not parts:
         return []
-    results = [p for p in parts if p["type"] == "tool_call_response"]
+    results = [p for p in parts if p.get("type") == "tool_call_response"]
     if results and len(results) < len(parts):  # a text beside a result that only repeats it (openai-agents-v2)
         answers = [_canon(r.get("response")) for r in results]
-        parts = [p for p in parts if not (p["type"] == "text" and _canon(tool_result(p["content"])) in answers)]
+        parts = [p for p in parts if not (p.get("type") == "text" and _canon(tool_result(p["content"])) in answers)]
     if role in ("user", "tool", "assistant") and results:
-        rest = [p for p in parts if p["type"] != "tool_call_response"]
+        rest = [p for p in parts if p.get("type") != "tool_call_response"]
         if role == "assistant" and rest:  # server-side results inside an assistant turn: keep as sent
             return [{"role": role, "parts": parts}]
         out = [{"role": "tool", "parts": results}]

@@ -224,6 +224,8 @@ def _reference_transcript(calls):
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
         history = [m for m in call.input_messages + call.output_messages
                    if m.get("role") != "system" and any(_sig(m)[1])]
+        if call.is_transcript and not spoke and history and all(m["role"] == "assistant" for m in history):
+            continue  # answers alone where no model call logged content
         _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)
     return transcript
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from wt_otel.ingest.dialects.common import base_call, tool_definition
 from wt_otel.ingest.dialects.tools import tool_execution
-from wt_otel.ingest.messages import ROLE_ALIASES, decode_value, read_messages, split_system
+from wt_otel.ingest.messages import ROLE_ALIASES, decode_value, looks_serialized, read_messages, split_system
+from wt_otel.model.parts import signature
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
 
@@ -37,7 +38,7 @@ NAME = "shape"
 LLM, TOOL, AGENT = "llm", "tool", "agent"
 
 _INPUT = frozenset({"input", "inputs", "prompt", "prompts", "request", "messages", "contents", "history",
-                    "arguments", "args", "parameters", "params", "query", "question", "instructions"})
+                    "arguments", "args", "query", "question", "instructions"})
 _OUTPUT = frozenset({"output", "outputs", "completion", "completions", "response", "responses", "result",
                      "results", "choices", "choice", "answer", "return", "candidates", "generations", "reply"})
 # Fields that describe content rather than hold it.
@@ -45,10 +46,12 @@ _METADATA = frozenset({"token", "tokens", "usage", "count", "model", "id", "ids"
                        "reasons", "length", "size", "time", "latency", "cost", "status", "kind", "type", "name",
                        "names", "version", "schema", "hash", "level", "provider", "system", "temperature",
                        "top", "seed", "stream", "streaming", "max", "duration", "ttft", "error", "code", "url",
-                       "encoding", "format", "tags", "tag"})
+                       "encoding", "format", "tags", "tag", "timestamp", "headers", "header", "settings",
+                       "config", "metadata", "user", "session", "thread", "conversation"})
 _TOOL_DEFS = frozenset({"tools", "functions", "definitions"})
 _KIND_TAIL = re.compile(r"(?:^|[._])(?:span[._]?kind|span[._]?type|spantype|observation[._]type|operation[._]name|"
-                        r"component[._]type|run[._]type|entity[._]kind|span[._]category)$", re.IGNORECASE)
+                        r"component[._]type|run[._]type|entity[._]kind|span[._]category|request[._]type)$",
+                        re.IGNORECASE)
 _TOKEN_SPLIT = re.compile(r"[._\-\s/:]+|(?<=[a-z0-9])(?=[A-Z])")
 _TOOL_NAME_KEYS = re.compile(r"(?:^|[._])(?:tool[._]?name|function[._]?name|tool)$", re.IGNORECASE)
 _CALL_ID_KEYS = re.compile(r"(?:^|[._])(?:tool[._]?call[._]?id|call[._]?id|tool[._]?id|tool[._]?use[._]?id)$",
@@ -56,6 +59,7 @@ _CALL_ID_KEYS = re.compile(r"(?:^|[._])(?:tool[._]?call[._]?id|call[._]?id|tool[
 _NAME_PREFIX = re.compile(r"^(?:execute_tool|tool|running tool|call tool|function|tool call)[:\s]+", re.IGNORECASE)
 _MAX_FIELDS = 64  # a hostile span with thousands of attributes costs a bounded read
 _MAX_TEXT = 2_000_000
+_ROLE_LABEL = re.compile(r"^(?:assistant|user|system|tool|ai|human):[ \t]*(.*)$", re.DOTALL | re.IGNORECASE)
 
 
 @lru_cache(maxsize=8192)
@@ -77,6 +81,16 @@ def _role_of_kind(value: str) -> str | None:
     return None
 
 
+def payloads(attrs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Attributes that hold a whole record as an object (a native export's `span_data`, a JSONL line):
+    their keys are read as the span's own, prefixed with the attribute's name."""
+    out = []
+    for key, value in attrs.items():
+        if isinstance(value, dict) and value and _direction(key) is None:
+            out.append((key, value))
+    return out[:4]
+
+
 def span_role(span: SpanRecord) -> str | None:
     """llm / tool / agent from what the producer says of the span, else from its name; None: unknown."""
     a = span.attributes
@@ -86,14 +100,41 @@ def span_role(span: SpanRecord) -> str | None:
     for key, value in a.items():
         if isinstance(value, str) and _KIND_TAIL.search(key) and (role := _role_of_kind(value)):
             return role
-    head = span.name.split(" ", 1)[0].lower()
-    if head in ("chat", "text_completion", "generate_content", "completion", "responses"):
+    for _, record in payloads(a):
+        kind = record.get("type", record.get("kind", record.get("span_type")))
+        if isinstance(kind, str) and (role := _role_of_kind(kind)):
+            return role
+    if _model_call(a):
         return LLM
-    if head == "execute_tool":
+    words = tokens(span.name)
+    if words & _TOOL_WORDS:
         return TOOL
-    if head == "invoke_agent":
+    if words & _LLM_WORDS:
+        return LLM
+    if words & _AGENT_WORDS:
         return AGENT
     return None
+
+
+def _model_call(attrs: dict[str, Any]) -> bool:
+    """A span that names a model and counts tokens is a model call (or wraps one: see `sessions`)."""
+    model = usage = False
+    for key in attrs:
+        toks = tokens(key)
+        model = model or "model" in toks
+        usage = usage or bool(toks & {"tokens", "token", "usage"} and toks & {"input", "output", "prompt",
+                                                                             "completion", "total", "count"})
+        if model and usage:
+            return True
+    return False
+
+
+# Span-name words: `chat gpt-4o`, `openai.chat`, `ChatOpenAI`, `execute_tool lookup`, `lookup.tool`, `x.workflow`.
+_LLM_WORDS = frozenset({"chat", "completion", "completions", "text_completion", "generate_content", "llm",
+                        "generation", "inference", "responses", "converse", "messages.create"})
+_TOOL_WORDS = frozenset({"tool", "execute_tool", "function_call", "tool_call"})
+_AGENT_WORDS = frozenset({"agent", "invoke_agent", "workflow", "chain", "task", "crew", "pipeline", "graph",
+                          "run", "turn"})
 
 
 # ---------------------------------------------------------------- fields
@@ -101,7 +142,7 @@ def span_role(span: SpanRecord) -> str | None:
 def _direction(key: str) -> str | None:
     """'in' / 'out' / 'both' (a whole history) / None (not content) from a field's name."""
     toks = tokens(key)
-    if toks & _METADATA and not toks & {"messages", "value"}:
+    if toks & _METADATA and not toks & {"messages", "value"} or {"tool", "choice"} <= toks:
         return None
     out, inp = bool(toks & _OUTPUT), bool(toks & _INPUT)
     if out:
@@ -131,6 +172,11 @@ def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
         d = _direction(prefix)
         if d is not None:
             out.append((prefix, d, _unflatten(rest)))
+    for key, record in payloads(attrs):
+        for sub, value in record.items():
+            d = _direction(sub)
+            if d is not None and value is not None and value != "" and not isinstance(value, bool | int | float):
+                out.append((f"{key}.{sub}", d, value))
     return out[:_MAX_FIELDS]
 
 
@@ -221,7 +267,12 @@ def plain_text(value: Any) -> str | None:
     `{"question": ...}`, a decorator's `{"args": ["..."], "kwargs": {}}`)."""
     data = decode_value(value)
     if isinstance(data, str):
-        return data if data.strip() and len(data) <= _MAX_TEXT else None
+        if looks_serialized(data) or len(data) > _MAX_TEXT:
+            return None  # an SDK object's repr (often cut short with "..."), not words for a person
+        label = _ROLE_LABEL.match(data)  # `str(ChatMessage)`: "assistant: <text>"
+        if label:
+            data = label.group(1)
+        return data if data.strip() else None
     leaves: list[str] = []
 
     def walk(node: Any, depth: int) -> None:
@@ -271,6 +322,8 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
             definitions += _definitions(value)
             continue
         raw = message_list(value)
+        if raw is None and direction == "out":
+            raw = _tool_call_list(value)
         if raw is not None:
             if direction == "out":
                 if outputs is None:
@@ -282,6 +335,10 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
             text = plain_text(value)
             if text is not None:
                 texts[direction] = text
+    if outputs is not None and "out" in texts and not any(
+            p["type"] == "text" for m in outputs for p in m["parts"]):
+        # the answer's text and its tool calls in two fields (`ai.response.text`, `ai.response.toolCalls`)
+        outputs = [{"role": "assistant", "parts": [{"type": "text", "content": texts["out"]}]}, *outputs]
     ev_in, ev_out = event_messages
     if inputs is None and ev_in:
         inputs = ev_in
@@ -296,6 +353,8 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
     call.output_messages = [m for m in outputs or [] if m["role"] != "system"]
     if not call.output_messages and "out" in texts and (inputs is not None or role in (LLM, AGENT)):
         call.output_messages = [{"role": "assistant", "parts": [{"type": "text", "content": texts["out"]}]}]
+    if call.output_messages and msgs and role != LLM and _same_tail(msgs, call.output_messages):
+        call.output_messages = []  # a run's whole history, then its final answer again
     if inputs is None and "in" in texts and role == AGENT:
         # what the agent was asked: the user's own words, before any framework wrapped them in a prompt
         call.input_messages = [{"role": "user", "parts": [{"type": "text", "content": texts["in"]}]}]
@@ -306,6 +365,40 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
     # only an LLM span is a model call; anything else that logs messages repeats them
     call.is_transcript = role != LLM
     return [call]
+
+
+def _same_tail(history: list[dict[str, Any]], tail: list[dict[str, Any]]) -> bool:
+    n = len(tail)
+    return len(history) >= n and [signature(m) for m in history[-n:]] == [signature(m) for m in tail]
+
+
+def _is_schema(value: Any) -> bool:
+    data = decode_value(value)
+    return isinstance(data, dict) and data.get("type") == "object" and isinstance(data.get("properties"), dict)
+
+
+_CALL_NAME = ("name", "toolName", "tool_name", "function")
+_CALL_ARGS = ("arguments", "args", "input", "parameters")
+
+
+def _tool_call_list(value: Any) -> list[Any] | None:
+    """A list of tool calls given on their own (`[{toolCallId, toolName, input}]`) as one assistant message."""
+    data = decode_value(value)
+    if not isinstance(data, list) or not data:
+        return None
+    blocks = []
+    for item in data[:1000]:
+        item = decode_value(item)
+        if not isinstance(item, dict):
+            return None
+        fn = item["function"] if isinstance(item.get("function"), dict) else item
+        name = next((fn[k] for k in _CALL_NAME if isinstance(fn.get(k), str) and fn[k]), None)
+        if name is None or not any(k in fn for k in _CALL_ARGS):
+            return None
+        args = next(fn[k] for k in _CALL_ARGS if k in fn)
+        blocks.append({"type": "tool-call", "toolCallId": item.get("toolCallId") or item.get("id")
+                       or item.get("call_id") or "", "toolName": name, "input": args})
+    return [{"role": "assistant", "content": blocks}]
 
 
 def _definitions(value: Any) -> list[dict[str, Any]]:
@@ -328,18 +421,25 @@ def _tool(span: SpanRecord, found: list[tuple[str, str, Any]]) -> list[Observati
     a = span.attributes
     if any(message_list(v) for _, _, v in found):
         return []  # a step that runs several tools logs messages: read as a conversation view
-    name = next((str(v) for k, v in a.items() if isinstance(v, str) and v and _TOOL_NAME_KEYS.search(k)), None)
+    named = [(k, v) for k, v in a.items()] + [(f"{p}.{k}", v) for p, r in payloads(a) for k, v in r.items()]
+    name = next((str(v) for k, v in named if isinstance(v, str) and v and _TOOL_NAME_KEYS.search(k)), None)
+    if name is None:  # a payload's own `name` on a span the producer calls a tool
+        name = next((str(r["name"]) for _, r in payloads(a) if isinstance(r.get("name"), str) and r["name"]), None)
     if name is None:
         name = _NAME_PREFIX.sub("", span.name).removesuffix(".tool").strip() or span.name
     call_id = next((v for k, v in a.items() if isinstance(v, str) and v and _CALL_ID_KEYS.search(k)), None)
-    args = next((v for _, d, v in found if d == "in"), None)
+    args = next((v for _, d, v in found if d == "in" and not _is_schema(v)), None)
     result = next((v for _, d, v in found if d == "out"), None)
+    if args is None and result is None:  # the call and its answer as message events (Strands)
+        asked, answered = _event_messages(span, raw=True)
+        args = next((m.get("content") for m in asked if isinstance(m, dict)), None)
+        result = next((m.get("content") for m in answered if isinstance(m, dict)), None)
     if args is None and result is None:
         return []
     return [tool_execution(span, name, args, result, call_id, NAME)]
 
 
-def _event_messages(span: SpanRecord) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _event_messages(span: SpanRecord, raw: bool = False) -> tuple[list[Any], list[Any]]:
     """(input, output) messages from one-message-per-event telemetry, whatever the event names: an event
     named for a role (`gen_ai.user.message`, `...assistant...`) or a choice, its body or attributes the
     message (a dict, or JSON text as some SDKs log it)."""
@@ -363,6 +463,8 @@ def _event_messages(span: SpanRecord) -> tuple[list[dict[str, Any]], list[dict[s
         if msg is None:
             continue
         (outputs if choice else chat).append(msg)
+    if raw:
+        return chat, outputs
     return read_messages(chat), read_messages(outputs, "assistant")
 
 
@@ -372,8 +474,9 @@ def _event_message(body: Any, role: str) -> dict[str, Any] | None:
     if not isinstance(body, dict):
         return None
     inner = decode_value(body.get("message")) if "message" in body else None
-    if isinstance(inner, dict):
-        body = inner
+    if isinstance(inner, dict):  # a choice: `{index, message: {...}, finish_reason, tool_calls?}`
+        body = {**{k: v for k, v in body.items() if k != "message"}, **{k: v for k, v in inner.items()
+                                                                       if v is not None}}
     msg = {"role": body.get("role") or role, "content": decode_value(body.get("content"))}
     if body.get("tool_calls"):
         msg["tool_calls"] = decode_value(body["tool_calls"])
