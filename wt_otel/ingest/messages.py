@@ -303,6 +303,19 @@ def _part_from_block(b: Any) -> list[dict[str, Any]]:
         if r.get("status") == "error":
             part["is_error"] = True
         return [part]
+    if isinstance(b.get("tool_call"), dict) and len(b) == 1:  # Haystack ChatMessage parts
+        tc = b["tool_call"]
+        return [_call_part(tc.get("id"), tc.get("tool_name") or tc.get("name"), tc.get("arguments"))]
+    if isinstance(b.get("tool_call_result"), dict) and len(b) == 1:
+        r = b["tool_call_result"]
+        origin = r["origin"] if isinstance(r.get("origin"), dict) else {}
+        part = {"type": "tool_call_response", "id": str(origin.get("id") or ""),
+                "response": tool_result(r.get("result"))}
+        if origin.get("tool_name"):
+            part["name"] = origin["tool_name"]
+        if r.get("error"):
+            part["is_error"] = True
+        return [part]
     fc = b.get("functionCall", b.get("function_call"))
     if isinstance(fc, dict):
         return [_call_part(fc.get("id"), fc.get("name"), fc.get("args", fc.get("arguments")))]
@@ -472,9 +485,31 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
         for p in parts:
             if p["type"] == "tool_call_response" and not p.get("id"):
                 p["id"] = d["tool_call_id"]
-    out = _finish(role, parts)
+    out = _finish(role, _one_of_each_call(parts))
     if d.get("name") and out and role not in ("tool",):
         out[-1]["name"] = d["name"]
+    return out
+
+
+def _one_of_each_call(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A message that lists its tool calls twice (content blocks and `tool_calls`, as OpenInference logs
+    Anthropic's `tool_use`) holds each call once: a repeated id, or a copy without a name and arguments
+    beside named calls, is the same call."""
+    calls = [p for p in parts if p.get("type") == "tool_call"]
+    if len(calls) < 2:
+        return parts
+    named = any(p.get("name") for p in calls)
+    seen: set[str] = set()
+    out = []
+    for p in parts:
+        if p.get("type") == "tool_call":
+            if named and not p.get("name") and not p.get("arguments"):
+                continue
+            if p.get("id"):
+                if p["id"] in seen:
+                    continue
+                seen.add(p["id"])
+        out.append(p)
     return out
 
 

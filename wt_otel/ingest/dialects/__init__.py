@@ -27,7 +27,7 @@ from wt_otel.ingest.dialects import (
     tools,
     vercel_ai,
 )
-from wt_otel.model.session import Observation
+from wt_otel.model.session import Observation, ToolExecution
 from wt_otel.model.spans import SpanRecord
 
 DIALECTS = (pydantic_ai, semconv, tools, events, content_events, openllmetry, openinference, agents, vercel_ai)
@@ -58,11 +58,21 @@ def switch_off(names: str) -> None:
 
 
 def observe(span: SpanRecord) -> list[Observation]:
-    """What this span tells about the session, in the first dialect that recognises it."""
+    """What this span tells about the session, in the first dialect that reads content from it.
+
+    A dialect that recognises the span but finds no message in it (its producer put the content somewhere
+    it does not look: a log body as JSON text, an attribute of a newer version) is only a hint: the next
+    readers, the shape reader last, look further; its answer stands when none of them finds more."""
+    hint: list[Observation] = []
     for dialect in _active:
         found = dialect.extract(span)
         if found:
-            return found
+            if any(isinstance(o, ToolExecution) or o.input_messages or o.output_messages
+                   or o.tool_definitions for o in found):
+                return found
+            hint = hint or found
+    if hint:
+        return hint
     if common.operation(span) in common.INFERENCE_OPERATIONS:
         # An inference span with no message content: capture was off.
         call = common.base_call(span, "semconv")

@@ -211,7 +211,7 @@ def _listify(node: Any) -> Any:
 
 _MESSAGE_CLASS = re.compile(r"Message(?:Chunk)?$")
 _CONTAINERS = ("messages", "all_messages", "input", "inputs", "prompt", "contents", "history", "chat_history",
-               "choices", "output", "outputs", "generations", "candidates", "conversation", "message")
+               "choices", "output", "outputs", "generations", "candidates", "conversation", "message", "replies")
 
 
 def _message_like(d: Any) -> bool:
@@ -246,6 +246,10 @@ def message_list(value: Any, _depth: int = 0) -> list[Any] | None:
                 found = message_list(inner, _depth + 1)
                 if found:
                     return found
+        if len(data) == 1:  # a pipeline's output keyed by its component: `{"agent": {"messages": [...]}}`
+            (inner,) = data.values()
+            if isinstance(inner, dict):
+                return message_list(inner, _depth + 1)
         return None
     if not isinstance(data, list) or not data:
         return None
