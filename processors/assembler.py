@@ -59,6 +59,7 @@ from wt_otel._util.throttle import LogThrottle
 from wt_otel.components import IndexedSession, StageContext, StageType
 from wt_otel.ingest.diagnostics import fresh_diagnostics
 from wt_otel.ingest.dialects.common import INFERENCE_OPERATIONS, conversation_id, operation
+from wt_otel.ingest.joins import ContinuationIndex, compared, tail_of
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
 from wt_otel.model.spans import LogRecord, Record, SpanRecord, SpanRefs
@@ -70,6 +71,7 @@ log = logging.getLogger("wt_otel.assembler")
 SessionSink = Callable[[Session, list[SpanRecord]], None]
 """Receives each completed session and its spans (log records attached as events)."""
 
+_Built = tuple[list[Record], list[SpanRecord], "Session | None"]  # a group's records, spans and session, built once
 Held = Record | SpanRefs  # what a group holds: decoded records, or spans kept by reference (serve's segment log)
 
 
@@ -91,6 +93,8 @@ class _Group:
     nbytes: int = 0  # estimated bytes of `records`
     count: int = 0  # spans and log records in `records` (a SpanRefs holds several)
     min_pos: int = -1  # lowest segment-log position of `records` (-1: none logged): pins the log's checkpoint
+    join_checked: bool = False  # looked up once, at its first write, as a content continuation (ingest.joins)
+    notes: list[str] = field(default_factory=list)  # warnings of the join rule (a flagged candidate on a tie)
 
     @property
     def held(self) -> list[Held]:
@@ -177,6 +181,11 @@ class SessionAssembler:
         # instead of being built (True: kept; False: build it after all)
         self.decode_refs: Callable[[list[SpanRefs]], list[SpanRecord]] | None = None
         self.keep_by_reference: Callable[[IndexedSession], bool] | None = None
+        # content continuations (wt_otel.ingest.joins, import's rule): a session without a conversation id whose
+        # history extends a written one exactly becomes that session's next revision. Candidates are the written
+        # sessions whose records are still held (bounded as they are: a tail goes when its records go).
+        self.join_continuations = True
+        self._tails = ContinuationIndex()
 
     @classmethod
     def from_config(cls, sink: SessionSink, config, metrics: Metrics | None = None,
@@ -352,6 +361,7 @@ class SessionAssembler:
                 self._tombstone(self._retained[self._holding.popitem(last=False)[0]])
 
     def _tombstone(self, group: _Group) -> None:
+        self._tails.remove(group.key)
         self._retained_records -= group.count
         self._retained_bytes -= group.nbytes
         group.records, group.nbytes, group.count = None, 0, 0
@@ -451,6 +461,13 @@ class SessionAssembler:
 
     def _emit(self, group: _Group, now: float, complete: bool, reason: str | None = None) -> None:
         """Build the Session, hand it to the sink, keep the records for late arrivals."""
+        built: _Built | None = None
+        if self.join_continuations and not group.join_checked and not group.convs and group.records is not None:
+            group.join_checked = True
+            target, built = self._continuation(group, now)
+            if target is not None:  # written as the next revision of the session it continues
+                self._emit(target, now, complete, reason)
+                return
         del self._open[group.key]
         self._open_bytes -= group.nbytes
         self._root_ended.pop(group.key, None)
@@ -466,9 +483,12 @@ class SessionAssembler:
                         self._emitted.add(group.key)
                     self._retain(group, now, tombstone=reason == "max_records_per_session")
                     return
-            records = self._decoded(held)
-            spans = attach_logs(_copy(r) for r in records)
-            session = build_session(spans, key=group.key)
+            if built is None:
+                records = self._decoded(held)
+                spans = attach_logs(_copy(r) for r in records)
+                session = build_session(spans, key=group.key)
+            else:
+                records, spans, session = built
             if session is None:
                 self.metrics.inc("wt_otel_records_dropped_total", len(records), reason="no_genai_session")
             else:
@@ -483,10 +503,47 @@ class SessionAssembler:
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
 
+    def _continuation(self, group: _Group, now: float) -> tuple[_Group | None, _Built | None]:
+        """The held session `group` continues (import's rule, `wt_otel.ingest.joins`), merged with it, or None;
+        and what was built to tell (reused when `group` is written on its own). A session that continues none
+        becomes a candidate itself while its records are held."""
+        try:
+            records = self._decoded(group.held)
+            spans = attach_logs(_copy(r) for r in records)
+            session = build_session(spans, key=group.key)
+        except Exception:  # the write that follows reports it
+            return None, None
+        built = (records, spans, session)
+        if session is None or session.conversation_id:
+            return None, built
+        sigs = compared(session.messages)[0]
+        decision = self._tails.decide(session, sigs)
+        if decision.refused is not None and decision.warning:
+            group.notes.append(decision.warning)
+            other = self._reopen(decision.refused.key, now)
+            if other is not None and decision.warning not in other.notes:
+                other.notes.append(decision.warning)
+                self._emit(other, now, complete=other.traces <= other.roots)  # a revision that says so
+        target = self._reopen(decision.predecessor.key, now) if decision.predecessor is not None else None
+        tail = tail_of(session, sigs)
+        if target is None:
+            if tail is not None:
+                self._tails.add(tail)
+            return None, built
+        self._tails.remove(target.key)
+        self._merge(target, group)
+        target.join_checked = True
+        target.notes += [n for n in group.notes if n not in target.notes]
+        if tail is not None:
+            tail.key = target.key  # the joined transcript compares as the continuation's
+            self._tails.add(tail)
+        self.metrics.inc("wt_otel_sessions_joined_total", evidence="continuation")
+        return target, None
+
     @staticmethod
     def _warnings(group: _Group) -> list[str]:
         """What the session's own spans cannot say: it continues an earlier one, or absorbed others."""
-        said = []
+        said = list(group.notes)
         if group.continuation_of:
             said.append(f"continuation of session {group.continuation_of}: its earlier records were written "
                         "before and are no longer in memory, so this holds only what arrived later")
@@ -525,6 +582,7 @@ class SessionAssembler:
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:
             group.records, group.nbytes, group.count = None, 0, 0
+            self._tails.remove(group.key)
         group.retained_at = now
         self._retained[group.key] = group
         if group.records is not None:
@@ -540,6 +598,7 @@ class SessionAssembler:
             self._forget(next(iter(self._retained)))
 
     def _forget(self, key: str) -> None:
+        self._tails.remove(key)
         group = self._retained.pop(key)
         self._holding.pop(key, None)
         self._retained_records -= group.count

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 # Attribute key prefixes of the producers wt-otel reads: GenAI semconv, OpenLLMetry (llm., traceloop.),
 # OpenInference (llm., openinference., tool.), pydantic-ai, the OpenAI Agents SDK and generic JSONL imports.
-# The Vercel AI SDK's `ai.*` attributes (AI SDK 4-6, and 7 without @ai-sdk/otel) too.
+# The Vercel AI SDK's `ai.*` attributes (AI SDK 4-6, and 7 without @ai-sdk/otel) too, and the namespaces of the
+# LLM observability SDKs that export OTLP in attributes of their own (Langfuse, MLflow, Haystack, LlamaIndex).
 GENAI_KEY_PREFIXES = ("gen_ai.", "llm.", "traceloop.", "openinference.", "pydantic_ai", "tool.", "openai_agents.",
-                      "generic.", "ai.")
+                      "generic.", "ai.", "langfuse.", "mlflow.", "haystack.", "llamaindex.")
 
 # Incident markers a producer sets on a span (`wt.incident.id` also names the incident).
 FLAG_KEYS = ("wt.incident", "wt.incident.id", "wt.flag", "incident.id")
@@ -47,6 +48,10 @@ CONVERSATION_KEYS = (
     "ai.settings.context.sessionId",  # Vercel AI SDK runtime context
     "ai.telemetry.metadata.sessionId",
     "ai.telemetry.metadata.session_id",
+    # MLflow's standard session metadata key, where an exporter or the app puts it on spans (MLflow's own
+    # OTLP span processor keeps trace metadata off the spans)
+    "mlflow.trace.session",
+    "metadata.mlflow.trace.session",
 )
 
 

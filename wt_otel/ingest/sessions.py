@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import sqlite3
 import tempfile
 from collections import defaultdict
@@ -26,13 +27,14 @@ from wt_otel.ingest import dialects
 from wt_otel.ingest.diagnostics import diagnose
 from wt_otel.ingest.dialects import agents
 from wt_otel.ingest.dialects.common import conversation_id
-from wt_otel.ingest.flags import FlagRules, default_rules
+from wt_otel.ingest.flags import FEEDBACK_KEYS, FlagRules, default_rules
+from wt_otel.ingest.joins import conversation_key, merge_continuations, span_facts
 from wt_otel.ingest.keys import FLAG_KEYS
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
 from wt_otel.model.spans import LogRecord, SpanRecord
 
-__all__ = ["FLAG_KEYS", "SessionGrouper", "attach_logs", "build_session"]
+__all__ = ["FLAG_KEYS", "SessionGrouper", "attach_logs", "build_session", "merge_continuations"]
 
 MAX_TRANSCRIPT_MESSAGES = 5000  # a hostile trace cannot make history merging quadratic forever
 
@@ -171,6 +173,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         custom = agents.custom_span(span)
         if custom is not None:
             session.custom_spans.append(custom)
+    _wrappers_are_transcripts(spans, calls)
     if not session.witnessed_calls and not any(
             c.input_messages or c.output_messages or not c.is_transcript for c in calls):
         return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
@@ -184,13 +187,143 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     session.root_span_id = roots[0].span_id if roots else spans[0].span_id
     session.conversation_id = next((c.conversation_id for c in calls if c.conversation_id), None) or next(
         (conversation_id(s.attributes) for s in spans if conversation_id(s.attributes)), None)
+    instance = next((s.resource.get("service.instance.id") for s in spans if s.resource.get("service.instance.id")),
+                    None)
+    session.service_instance_id = str(instance) if instance is not None else None
+    session.joined_by = ["trace"]
+    if session.conversation_id:
+        used = next((k for s in spans if (k := conversation_key(s.attributes))), None)
+        session.joined_by.append(f"conversation_id:{used}" if used else "conversation_id")  # a dialect's own id
+    else:  # a candidate for a content join (wt_otel.ingest.joins): who it ran for, and whether it has feedback
+        session.user_id, session.feedback = span_facts(spans, FEEDBACK_KEYS)
+        # traces without an id in one group: serve joined them as content continuations (import joins built
+        # sessions instead, `merge_continuations`); said from the records, so a render on demand says it too
+        session.joined_by += ["continuation:" + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
     _fill_from_calls(session, calls)
+    _unwrap_gemini_results(session)
+    _user_turns_from_agent_inputs(session, calls, spans)
     _fix_tool_call_ids(session)
     _correlate(session)
+    _final_answer_tools(session)
     _check_content(session)
     diagnose(session, spans, calls, unread)
     return session
+
+
+def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans: list[SpanRecord]) -> None:
+    """The user turn is what the user gave the agent: where a framework wrapped an agent's or task's input in
+    a prompt of its own ("Current Task: <input> ... Answer their question"), the model calls show the
+    prompt; the agent span's input, found inside it, is the user's words. Said as a warning, since the
+    prompt the model saw is not what a replay injects."""
+    if not any(c.agent_input for c in calls):
+        return
+    # only an agent that ran the model calls (encloses them) is the boundary where the user's words came in
+    enclosing = _enclosing(spans, calls)
+    asked = [c.agent_input for c in calls if c.agent_input and len(c.agent_input.strip()) >= 3
+             and c.span_id in enclosing]
+    replaced: dict[str, str] = {}
+    for m in session.messages:
+        if m["role"] != "user":
+            continue
+        texts = [p for p in m["parts"] if p.get("type") == "text"]
+        if len(texts) != 1:
+            continue
+        prompt = texts[0].get("content") or ""
+        inner = [a for a in asked if a != prompt and a.strip() in prompt]
+        if inner:
+            words = max(inner, key=len).strip()
+            texts[0]["content"] = words
+            replaced.setdefault(prompt, words)
+    for prompt, words in replaced.items():
+        session.warnings.append(f"user turn {words[:60]!r} is the agent's input; the model was given a prompt "
+                                f"built from it ({len(prompt)} characters), which a replay does not inject")
+
+
+_FINAL_TOOL = re.compile(r"^(?:final[_ ]?(?:answer|result|response|output)|submit[_ ]?(?:final[_ ]?)?answer)$",
+                         re.IGNORECASE)
+
+
+def _final_answer_tools(session: Session) -> None:
+    """A final answer given through a tool (smolagents' `final_answer`, an output tool) is the assistant's
+    answer: the call becomes the answer's text, its result and its tool span go (no tool was run for it).
+    Only when it ends its turn and its arguments hold one text."""
+    messages = session.messages
+    dropped: set[str] = set()
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        for j, p in enumerate(m["parts"]):
+            if p.get("type") != "tool_call" or not _FINAL_TOOL.match(str(p.get("name") or "")):
+                continue
+            text = _one_text(p.get("arguments"))
+            later = messages[i + 1:]
+            end = next((k for k, x in enumerate(later) if x["role"] == "user"), len(later))
+            answered_later = any(x["role"] == "assistant" and any(q.get("type") == "text" for q in x["parts"])
+                                 for x in later[:end])
+            if text is None or answered_later or any(q.get("type") == "tool_call" for q in m["parts"][j + 1:]):
+                continue
+            m["parts"][j] = {"type": "text", "content": text}
+            dropped.add(p["id"])
+    if not dropped:
+        return
+    for m in messages:
+        m["parts"] = [p for p in m["parts"] if not (p.get("type") == "tool_call_response" and p.get("id") in dropped)]
+    session.messages = [m for m in messages if m["parts"]]
+    session.witnessed_calls = [w for w in session.witnessed_calls if w.tool_call_id not in dropped]
+
+
+def _one_text(args: Any) -> str | None:
+    if isinstance(args, str):
+        return args or None
+    if isinstance(args, dict):
+        texts = [v for v in args.values() if isinstance(v, str) and v.strip()]
+        return texts[0] if len(texts) == 1 and len(args) == 1 else None
+    return None
+
+
+_GEMINI = ("gemini", "google", "vertex", "gcp.")
+
+
+def _unwrap_gemini_results(session: Session) -> None:
+    """The Gemini API takes a function's result as an object: its SDKs wrap what the tool returned as
+    `{"result": ...}` (or `{"output": ...}`), and instrumentations log the wrapper. The tool's own value is
+    what the universe must answer with."""
+    if not (session.provider or "").startswith(_GEMINI):
+        return
+    for m in session.messages:
+        for p in m["parts"]:
+            r = p.get("response")
+            if p.get("type") == "tool_call_response" and isinstance(r, dict) and len(r) == 1 and (
+                    next(iter(r)) in ("result", "output")):
+                p["response"] = next(iter(r.values()))
+
+
+def _wrappers_are_transcripts(spans: list[SpanRecord], calls: list[LLMCall]) -> None:
+    """A model call read by shape that encloses another model call is a wrapper (an SDK's `generateText`
+    around its `doGenerate`, a framework's LLM step around the client's span): the same evidence, so it
+    counts as a transcript view, never as a second call."""
+    if not any(c.dialect == "shape" and not c.is_transcript for c in calls):
+        return
+    enclosing = _enclosing(spans, calls)
+    for c in calls:
+        if c.dialect == "shape" and not c.is_transcript and c.span_id in enclosing:
+            c.is_transcript = True
+
+
+def _enclosing(spans: list[SpanRecord], calls: list[LLMCall]) -> set[str]:
+    """Ids of the spans that enclose a model call (its ancestors)."""
+    parent = {s.span_id: s.parent_span_id for s in spans}
+    enclosing: set[str] = set()
+    for c in calls:
+        if c.is_transcript:
+            continue
+        seen = 0
+        up = parent.get(c.span_id)
+        while up and seen < 256 and up not in enclosing:
+            enclosing.add(up)
+            up, seen = parent.get(up), seen + 1
+    return enclosing
 
 
 def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
@@ -210,6 +343,8 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
                 if any(sig[1]):
                     history.append(m)
                     hsigs.append(sig)
+        if call.is_transcript and not spoke and hsigs and all(h[0] == "assistant" for h in hsigs):
+            continue  # a run's answers alone, where no model call logged content: no conversation to keep
         _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke, hsigs=hsigs)
     session.messages = transcript
     for call in calls:
@@ -246,6 +381,11 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
         # an older or partial view (a retry, a sub-agent, an agent span's input + final answer): nothing new
         return
     if extend_only:
+        if sigs and sigs[-1][0] == "tool" and all(h[0] == "assistant" and h[1] and h[1][0][0] == "text"
+                                                  for h in hsigs):
+            # a run's final answer that no model call logged (a streamed reply without choice events)
+            transcript.extend(history)
+            sigs.extend(hsigs)
         return
     # A lossy or windowed view (an app that resends only the texts, an instrumentation that drops
     # tool items from the input): the longest head of this history already in the transcript, in
@@ -265,76 +405,6 @@ def _subsequence_head(seq: list[tuple], sub: list[tuple]) -> int:
             break
         k, i = k + 1, i + 1
     return k
-
-
-def merge_continuations(sessions: list[Session]) -> list[Session]:
-    """Join sessions that continue one another without a conversation id.
-
-    Runners that make each user turn its own trace (and carry no session id) resend the history:
-    a session whose user and assistant texts begin with all of an earlier session's (same service,
-    started after it ended) is that session, continued. The earlier one's messages are kept (later
-    views may drop tool items). Two users who opened with the same words and got the same answer
-    would be joined too: producers that carry a session id never are."""
-    out: list[Session] = []
-    for s in sorted(sessions, key=lambda x: x.started_ns):
-        proj = _projection(s.messages)
-        parent = next((p for p in reversed(out) if not p.conversation_id and not s.conversation_id
-                       and p.service_name == s.service_name and p.ended_ns <= s.started_ns
-                       and 0 < len(pp := _projection(p.messages)) < len(proj) and proj[:len(pp)] == pp), None)
-        if parent is None:
-            out.append(s)
-            continue
-        out.remove(parent)
-        out.append(_absorb(parent, s))
-    return out
-
-
-def _projection(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(m["role"], t) for m in messages if m.get("role") in ("user", "assistant")
-            and (t := "".join(p.get("content") or "" for p in m["parts"] if p.get("type") == "text").strip())]
-
-
-def _absorb(parent: Session, child: Session) -> Session:
-    """`parent` followed by what `child` added after the history they share."""
-    want, cut = len(_projection(parent.messages)), 0
-    for i, m in enumerate(child.messages):
-        if want == 0:
-            break
-        if _projection([m]):
-            want -= 1
-        cut = i + 1
-    shift = len(parent.messages) - cut
-    merged = parent
-    merged.messages = parent.messages + child.messages[cut:]
-    merged.omitted_parts += [{**o, "message_index": o["message_index"] + shift}
-                             for o in child.omitted_parts if o["message_index"] >= cut]
-    seen = {w.span_id for w in parent.witnessed_calls}
-    merged.witnessed_calls += [w for w in child.witnessed_calls if w.span_id not in seen]
-    merged.llm_calls += child.llm_calls
-    merged.trace_ids += [t for t in child.trace_ids if t not in merged.trace_ids]
-    merged.ended_ns = max(parent.ended_ns, child.ended_ns)
-    merged.dialects += [d for d in child.dialects if d not in merged.dialects]
-    names = {d["name"] for d in merged.tool_definitions}
-    merged.tool_definitions += [d for d in child.tool_definitions if d["name"] not in names]
-    if child.flagged and not merged.flagged:
-        merged.flagged, merged.flag_ref, merged.flag_reason = True, child.flag_ref, child.flag_reason
-    answered = {p.get("id") for m in merged.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
-    answered |= {w.tool_call_id for w in merged.witnessed_calls if w.result is not None}
-    diagnostics = [d for d in parent.diagnostics + child.diagnostics if d["kind"] != "tool_call_without_result"]
-    merged.diagnostics, merged.warnings = [], []
-    for d in diagnostics:
-        if d not in merged.diagnostics:
-            merged.diagnostics.append(d)
-            merged.warnings.append(d["message"])
-    for m in merged.messages:
-        for p in m["parts"]:
-            if p.get("type") == "tool_call" and p.get("id") not in answered:
-                msg = (f"tool call {p.get('name')!r} ({p.get('id')}) has no result in the transcript and no tool "
-                       "span witnessed one: the universe cannot answer it")
-                merged.diagnostics.append({"kind": "tool_call_without_result", "message": msg})
-                merged.warnings.append(msg)
-    merged.content_captured = parent.content_captured and child.content_captured
-    return merged
 
 
 def _sig(message: dict[str, Any]) -> tuple:
@@ -421,9 +491,30 @@ def _correlate(session: Session) -> None:
                 ex.args, ex.args_decoded = call_part["arguments"], True
             if ex.result is None and call_part["id"] in responses:
                 ex.result = responses[call_part["id"]].get("response")
+            elif call_part["id"] in responses and _wraps(ex.result, responses[call_part["id"]].get("response")):
+                # an SDK's `{"result": <what the tool returned>}` around the value the model was given
+                ex.result = responses[call_part["id"]].get("response")
+            if isinstance(ex.args, dict) and _positional(ex.args) and isinstance(call_part.get("arguments"), dict) \
+                    and call_part["arguments"] and not call_part.get("arguments_undecodable"):
+                # a decorator's `{"args": [...], "kwargs": {}}`: the names are in the model's call
+                ex.args, ex.args_decoded = call_part["arguments"], True
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")
+
+
+_WRAPPER_KEYS = frozenset({"result", "output", "return", "value", "content", "response"})
+
+
+def _wraps(outer: Any, inner: Any) -> bool:
+    """`outer` is a one-key wrapper around exactly `inner` (never a guess: the other evidence must agree)."""
+    return (isinstance(outer, dict) and len(outer) == 1 and next(iter(outer)) in _WRAPPER_KEYS
+            and inner is not None and next(iter(outer.values())) == inner)
+
+
+def _positional(args: dict[str, Any]) -> bool:
+    return "args" in args and isinstance(args["args"], list) and set(args) <= {"args", "kwargs"} and (
+        not args.get("kwargs"))
 
 
 def witnessed(ex: ToolExecution) -> bool:

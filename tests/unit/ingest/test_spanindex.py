@@ -64,7 +64,7 @@ def rich_request() -> bytes:
                          KeyValue(key="gen_ai.feedback.none")]),
         # parentless, no GenAI evidence, operation None; conversation from a double
         Span(trace_id=T2, span_id=(5).to_bytes(8, "big"), name="GET /health",
-             attributes=[kv("langfuse.session.id", 2.5), kv("ai_not.a.prefix", 1)]),
+             attributes=[kv("thread.id", 2.5), kv("ai_not.a.prefix", 1)]),
         # GenAI by a whole key (input.value); parent of the wrong length is kept as it is
         Span(trace_id=T2, span_id=(6).to_bytes(8, "big"), parent_span_id=b"\x01\x02", name="",
              attributes=[kv("input.value", "q"), kv("gen_ai.conversation.id", True)]),
