@@ -141,6 +141,19 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
                 warn(session, Diagnostic(
                     "serialized_turn", f"{m['role']} message {i} looks like a serialized object, not words for a "
                     f"person ({head!r}...): the producer wrote str(obj) and the shape is not one wt-otel knows"))
+    named = {w.tool_call_id for w in session.witnessed_calls if w.tool_name}
+    for i, m in enumerate(session.messages):
+        for p in m["parts"]:
+            if p.get("type") == "tool_call" and not p.get("name") and p.get("id") not in named:
+                warn(session, Diagnostic(
+                    "tool_call_without_name", f"tool call {p.get('id')!r} in message {i} has no tool name the "
+                    "importer could read (written as 'unknown_tool'): the producer keeps it under a key wt-otel "
+                    "does not know; name the tool by hand"))
+            if p.get("type") == "tool_call_response" and not p.get("id"):
+                warn(session, Diagnostic(
+                    "tool_result_without_id", f"a tool result in message {i} names no tool call (no id the importer "
+                    "could read): it answers the first call not yet answered (id_guessed), or, with none, goes to "
+                    "omitted_parts; check it"))
     answered = {p.get("id") for m in session.messages for p in m["parts"] if p.get("type") == "tool_call_response"}
     answered |= {w.tool_call_id for w in session.witnessed_calls if w.result is not None or w.error}
     for m in session.messages:
