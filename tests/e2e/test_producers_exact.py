@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.paths import PRODUCERS
+from tests.support.session_fields import observed
 from wt_otel.components import load
 from wt_otel.ingest.importer import import_dumps
 
@@ -33,28 +34,12 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _texts(message: dict[str, Any]) -> str:
-    return "".join(p.get("content") or "" for p in message["parts"] if p["type"] == "text")
-
-
 def _observed(env: dict[str, Any]) -> dict[str, Any]:
-    """What a person reading the envelope would take the session to be."""
-    messages = env["messages"]
-    results = {p["id"]: p["response"] for m in messages for p in m["parts"] if p["type"] == "tool_call_response"}
-    witnessed = {w["tool_call_id"]: w for w in env["witnessed_calls"] if w.get("tool_call_id")}
-    calls = []
-    for m in messages:
-        for p in m["parts"]:
-            if p["type"] == "tool_call":
-                w = witnessed.get(p["id"])
-                result = w["result"] if w and w.get("result") is not None else results.get(p["id"])
-                calls.append({"name": p["name"], "arguments": p["arguments"], "result": result})
+    """What a person reading the envelope would take the session to be (`session_fields.observed`), plus
+    empty messages and every witnessed call in the transcript's terms (what the universe is built from)."""
     return {
-        "users": [_texts(m) for m in messages if m["role"] == "user"],
-        "answers": [_texts(m) for m in messages if m["role"] == "assistant" and _texts(m)],
-        "tool_calls": calls,
-        "empty": [i for i, m in enumerate(messages) if not m["parts"]],
-        # what the universe is built from: every witnessed call in the transcript's terms
+        **observed(env),
+        "empty": [i for i, m in enumerate(env["messages"]) if not m["parts"]],
         "witnessed": sorted((w["tool_name"], _canon(w["args"]), _canon(w["result"])) for w in env["witnessed_calls"]),
     }
 
