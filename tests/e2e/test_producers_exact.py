@@ -104,7 +104,6 @@ KNOWN_INEXACT = {
     "openai-agents-streamed/dump.otlp.jsonl": "the openinference dialect doubles a parallel round's calls (the "
                                               "shape reader alone is exact)",
     "semantic-kernel/dump.otlp.jsonl": "the events dialect splits the turns (the shape reader alone is exact)",
-    "smolagents-openinference/dump.otlp.jsonl": "the second turn keeps smolagents' 'New task:' prompt",
 }
 
 

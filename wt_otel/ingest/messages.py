@@ -222,6 +222,14 @@ def _block_text(b: Any) -> str | None:
     return None
 
 
+def function_response(response: Any) -> Any:
+    """What a tool returned, from a Gemini `FunctionResponse.response`: the API takes an object, so the SDKs
+    wrap a tool's return value as `{"result": ...}` (errors aside: `{"output": ...}` in some)."""
+    if isinstance(response, dict) and len(response) == 1 and next(iter(response)) in ("result", "output"):
+        return next(iter(response.values()))
+    return response
+
+
 def tool_arguments(value: Any) -> tuple[Any, bool]:
     """Tool-call arguments as an object; (the raw value, False) when there is no object to be had.
 
@@ -321,11 +329,8 @@ def _part_from_block(b: Any) -> list[dict[str, Any]]:
         return [_call_part(fc.get("id"), fc.get("name"), fc.get("args", fc.get("arguments")))]
     fr = b.get("functionResponse", b.get("function_response"))
     if isinstance(fr, dict):
-        resp = fr.get("response")
-        if isinstance(resp, dict) and set(resp) in ({"result"}, {"output"}):
-            resp = next(iter(resp.values()))
         return [{"type": "tool_call_response", "id": str(fr.get("id") or ""), "name": fr.get("name"),
-                 "response": tool_result(resp)}]
+                 "response": tool_result(function_response(fr.get("response")))}]
     rc = b.get("reasoningContent")
     if isinstance(rc, dict):
         text = (rc.get("reasoningText") or {}).get("text") if isinstance(rc.get("reasoningText"), dict) else None

@@ -30,6 +30,7 @@ from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FEEDBACK_KEYS, FlagRules, default_rules
 from wt_otel.ingest.joins import conversation_key, merge_continuations, span_facts
 from wt_otel.ingest.keys import FLAG_KEYS
+from wt_otel.ingest.messages import function_response
 from wt_otel.model.parts import CONTRACT_A_PART_TYPES, is_placeholder, signature
 from wt_otel.model.session import LLMCall, Session, ToolExecution
 from wt_otel.model.spans import LogRecord, SpanRecord
@@ -200,8 +201,8 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         # sessions instead, `merge_continuations`); said from the records, so a render on demand says it too
         session.joined_by += ["continuation:" + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
+    _gemini_function_responses(calls)
     _fill_from_calls(session, calls)
-    _unwrap_gemini_results(session)
     _user_turns_from_agent_inputs(session, calls, spans)
     _fix_tool_call_ids(session)
     _correlate(session)
@@ -214,30 +215,42 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
 def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans: list[SpanRecord]) -> None:
     """The user turn is what the user gave the agent: where a framework wrapped an agent's or task's input in
     a prompt of its own ("Current Task: <input> ... Answer their question"), the model calls show the
-    prompt; the agent span's input, found inside it, is the user's words. Said as a warning, since the
-    prompt the model saw is not what a replay injects."""
-    if not any(c.agent_input for c in calls):
+    prompt. On evidence only: the prompt is the last user message of the first model call that the agent
+    span encloses, and it holds the agent's input. Said as a warning, since the prompt the model saw is
+    not what a replay injects."""
+    agents = [c for c in calls if c.agent_input and len(c.agent_input.strip()) >= 3]
+    if not agents:
         return
-    # only an agent that ran the model calls (encloses them) is the boundary where the user's words came in
-    enclosing = _enclosing(spans, calls)
-    asked = [c.agent_input for c in calls if c.agent_input and len(c.agent_input.strip()) >= 3
-             and c.span_id in enclosing]
-    replaced: dict[str, str] = {}
+    parent = {s.span_id: s.parent_span_id for s in spans}
+    model_calls = sorted((c for c in calls if not c.is_transcript), key=lambda c: c.start_ns)
+    lineage = {c.span_id: _ancestors(c.span_id, parent) for c in model_calls}
+    prompts: dict[str, str] = {}  # the prompt text -> the user's words in it
+    for agent in agents:
+        first = next((c for c in model_calls if agent.span_id in lineage[c.span_id]), None)
+        users = [m for m in first.input_messages if m["role"] == "user"] if first else []
+        texts = [p for p in users[-1]["parts"] if p.get("type") == "text"] if users else []
+        prompt = texts[0].get("content") or "" if len(texts) == 1 else ""
+        words = (agent.agent_input or "").strip()
+        if prompt != words and words in prompt:
+            prompts.setdefault(prompt, words)
+    if not prompts:
+        return
     for m in session.messages:
-        if m["role"] != "user":
-            continue
         texts = [p for p in m["parts"] if p.get("type") == "text"]
-        if len(texts) != 1:
-            continue
-        prompt = texts[0].get("content") or ""
-        inner = [a for a in asked if a != prompt and a.strip() in prompt]
-        if inner:
-            words = max(inner, key=len).strip()
-            texts[0]["content"] = words
-            replaced.setdefault(prompt, words)
-    for prompt, words in replaced.items():
+        if m["role"] == "user" and len(texts) == 1 and texts[0].get("content") in prompts:
+            texts[0]["content"] = prompts[texts[0]["content"]]
+    for prompt, words in prompts.items():
         session.warnings.append(f"user turn {words[:60]!r} is the agent's input; the model was given a prompt "
                                 f"built from it ({len(prompt)} characters), which a replay does not inject")
+
+
+def _ancestors(span_id: str, parent: dict[str, str | None]) -> set[str]:
+    out: set[str] = set()
+    up = parent.get(span_id)
+    while up and up not in out and len(out) < 256:
+        out.add(up)
+        up = parent.get(up)
+    return out
 
 
 _FINAL_TOOL = re.compile(r"^(?:final[_ ]?(?:answer|result|response|output)|submit[_ ]?(?:final[_ ]?)?answer)$",
@@ -265,6 +278,9 @@ def _final_answer_tools(session: Session) -> None:
                 continue
             m["parts"][j] = {"type": "text", "content": text}
             dropped.add(p["id"])
+            said = f"the final answer was given through tool {p.get('name')!r}: read as the assistant's answer"
+            if said not in session.warnings:
+                session.warnings.append(said)
     if not dropped:
         return
     for m in messages:
@@ -285,18 +301,15 @@ def _one_text(args: Any) -> str | None:
 _GEMINI = ("gemini", "google", "vertex", "gcp.")
 
 
-def _unwrap_gemini_results(session: Session) -> None:
-    """The Gemini API takes a function's result as an object: its SDKs wrap what the tool returned as
-    `{"result": ...}` (or `{"output": ...}`), and instrumentations log the wrapper. The tool's own value is
-    what the universe must answer with."""
-    if not (session.provider or "").startswith(_GEMINI):
-        return
-    for m in session.messages:
-        for p in m["parts"]:
-            r = p.get("response")
-            if p.get("type") == "tool_call_response" and isinstance(r, dict) and len(r) == 1 and (
-                    next(iter(r)) in ("result", "output")):
-                p["response"] = next(iter(r.values()))
+def _gemini_function_responses(calls: list[LLMCall]) -> None:
+    """A Gemini model call's tool results are `FunctionResponse.response` objects however an instrumentation
+    logs them (the parts model, here): the value the tool returned is inside (`messages.function_response`)."""
+    for c in calls:
+        if (c.provider or "").startswith(_GEMINI):
+            for m in c.input_messages:
+                for p in m["parts"]:
+                    if p.get("type") == "tool_call_response":
+                        p["response"] = function_response(p.get("response"))
 
 
 def _wrappers_are_transcripts(spans: list[SpanRecord], calls: list[LLMCall]) -> None:
@@ -314,16 +327,7 @@ def _wrappers_are_transcripts(spans: list[SpanRecord], calls: list[LLMCall]) -> 
 def _enclosing(spans: list[SpanRecord], calls: list[LLMCall]) -> set[str]:
     """Ids of the spans that enclose a model call (its ancestors)."""
     parent = {s.span_id: s.parent_span_id for s in spans}
-    enclosing: set[str] = set()
-    for c in calls:
-        if c.is_transcript:
-            continue
-        seen = 0
-        up = parent.get(c.span_id)
-        while up and seen < 256 and up not in enclosing:
-            enclosing.add(up)
-            up, seen = parent.get(up), seen + 1
-    return enclosing
+    return {a for c in calls if not c.is_transcript for a in _ancestors(c.span_id, parent)}
 
 
 def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
@@ -494,10 +498,12 @@ def _correlate(session: Session) -> None:
             elif call_part["id"] in responses and _wraps(ex.result, responses[call_part["id"]].get("response")):
                 # an SDK's `{"result": <what the tool returned>}` around the value the model was given
                 ex.result = responses[call_part["id"]].get("response")
-            if isinstance(ex.args, dict) and _positional(ex.args) and isinstance(call_part.get("arguments"), dict) \
-                    and call_part["arguments"] and not call_part.get("arguments_undecodable"):
-                # a decorator's `{"args": [...], "kwargs": {}}`: the names are in the model's call
-                ex.args, ex.args_decoded = call_part["arguments"], True
+            asked = call_part.get("arguments")
+            if isinstance(ex.args, dict) and isinstance(asked, dict) and asked and ex.args != asked and (
+                    _positional(ex.args) or asked in ex.args.values()) and not call_part.get("arguments_undecodable"):
+                # a decorator's `{"args": [...], "kwargs": {}}` (the names are in the model's call), or a framework's
+                # envelope holding exactly the arguments the model asked for (`{"kwargs": {...}, "flag": true}`)
+                ex.args, ex.args_decoded = asked, True
         if not ex.args_decoded:
             session.warnings.append(
                 f"arguments of witnessed call {ex.tool_name} (span {ex.span_id}) are not JSON; kept as a string")

@@ -38,7 +38,7 @@ NAME = "shape"
 LLM, TOOL, AGENT = "llm", "tool", "agent"
 
 _INPUT = frozenset({"input", "inputs", "prompt", "prompts", "request", "messages", "contents", "history",
-                    "arguments", "args", "query", "question", "instructions"})
+                    "arguments", "args", "instructions"})
 _OUTPUT = frozenset({"output", "outputs", "completion", "completions", "response", "responses", "result",
                      "results", "choices", "choice", "answer", "return", "candidates", "generations", "reply"})
 # Fields that describe content rather than hold it.
@@ -73,10 +73,10 @@ def _role_of_kind(value: str) -> str | None:
     v = value.lower()
     if "tool" in v or v in ("function", "execute_tool", "function_call"):
         return TOOL
-    if any(w in v for w in ("llm", "chat", "generat", "complet", "inference", "responses", "model_call",
-                            "generate_content")) or v in ("model", "chat_model"):
+    if any(w in v for w in ("llm", "chat", "generat", "complet", "inference", "responses", "model_call")) or (
+            v == "model"):
         return LLM
-    if any(w in v for w in ("agent", "chain", "workflow", "task", "crew", "pipeline", "graph", "flow")):
+    if any(w in v for w in ("agent", "chain", "flow", "task", "crew", "pipeline", "graph")):
         return AGENT
     return None
 
@@ -129,12 +129,12 @@ def _model_call(attrs: dict[str, Any]) -> bool:
     return False
 
 
-# Span-name words: `chat gpt-4o`, `openai.chat`, `ChatOpenAI`, `execute_tool lookup`, `lookup.tool`, `x.workflow`.
-_LLM_WORDS = frozenset({"chat", "completion", "completions", "text_completion", "generate_content", "llm",
-                        "generation", "inference", "responses", "converse", "messages.create"})
-_TOOL_WORDS = frozenset({"tool", "execute_tool", "function_call", "tool_call"})
-_AGENT_WORDS = frozenset({"agent", "invoke_agent", "workflow", "chain", "task", "crew", "pipeline", "graph",
-                          "run", "turn"})
+# Span-name words, as `tokens` splits names: `chat gpt-4o`, `openai.chat`, `ChatOpenAI`, `generate_content x`,
+# `execute_tool lookup`, `lookup.tool`, `invoke_agent triage`, `x.workflow`.
+_LLM_WORDS = frozenset({"chat", "completion", "completions", "generate", "llm", "generation", "inference",
+                        "responses", "converse"})
+_TOOL_WORDS = frozenset({"tool"})
+_AGENT_WORDS = frozenset({"agent", "workflow", "chain", "task", "crew", "pipeline", "graph"})
 
 
 # ---------------------------------------------------------------- fields
@@ -304,6 +304,8 @@ def extract(span: SpanRecord) -> list[Observation]:
     found = fields(span.attributes)
     event_messages = _event_messages(span)
     for ev in span.events:  # a details event carries the same fields as the span would
+        if len(found) >= _MAX_FIELDS:  # a span of a thousand stream-chunk events is read within bounds
+            break
         if ev.attributes:
             found += fields(ev.attributes)
     if not found and not event_messages:
