@@ -534,6 +534,8 @@ class SessionAssembler:
         self._merge(target, group)
         target.join_checked = True
         target.notes += [n for n in group.notes if n not in target.notes]
+        if decision.warning and decision.warning not in target.notes:  # joined to the latest of equals
+            target.notes.append(decision.warning)
         if tail is not None:
             tail.key = target.key  # the joined transcript compares as the continuation's
             self._tails.add(tail)

@@ -142,7 +142,7 @@ class Decision:
     predecessor: Tail | None = None
     cut: int = 0  # how many of the continuation's compared messages the predecessor already holds
     refused: Tail | None = None  # a flagged candidate on a tie: not taken, both warned
-    warning: str | None = None
+    warning: str | None = None  # why it was refused, or that the predecessor was the latest of equals
 
 
 def _texts(sigs: list[tuple]) -> tuple[list[tuple], list[int]]:
@@ -231,6 +231,11 @@ class ContinuationIndex:
                    "filed under the wrong conversation would move that flag): set a conversation id "
                    "(gen_ai.conversation.id, session.id) to join them")
             return Decision(refused=best, warning=why)
+        if len(fits) > 1:  # a guess by the rule (the latest of equals), said so: `--strict` fails on it
+            why = (f"trace {session.trace_ids[0] if session.trace_ids else session.key} was joined to {best.key}, "
+                   f"the latest of {len(fits)} earlier sessions that hold exactly the history it continues: set a "
+                   "conversation id (gen_ai.conversation.id, session.id) to join on evidence")
+            return Decision(predecessor=best, cut=cut, warning=why)
         return Decision(predecessor=best, cut=cut)
 
 
@@ -259,6 +264,8 @@ def merge_continuations(sessions: list[Session]) -> list[Session]:
         index.remove(parent.key)
         merged = _absorb(parent, s, where[decision.cut - 1] + 1)
         merged.joined_by.append("continuation:" + (s.trace_ids[0] if s.trace_ids else s.key))
+        if decision.warning:
+            merged.warnings.append(decision.warning)
         tail = tail_of(merged, sigs)  # the joined transcript compares as the continuation's
         if tail is not None:
             index.add(tail)

@@ -54,6 +54,8 @@ def test_without_ids_n_one_turn_and_n_two_turn_conversations_give_2n_sessions(tm
         c = int(q.removeprefix("where is order ").removesuffix("?"))
         assert texts(env) == [FIRST_Q, FIRST_A, q, f"order {c} ships tomorrow"]  # both turns
         assert env["provenance"]["joined_by"][-1].startswith("continuation:")
+        # every candidate held the same history: the latest was taken, a guess the session says
+        assert any("the latest of" in w for w in env["warnings"])
     assert all(texts(e) == [FIRST_Q, FIRST_A] for e in envelopes if len(e["provenance"]["trace_ids"]) == 1)
 
 
@@ -90,6 +92,20 @@ def test_without_a_tie_the_latest_candidate_is_taken_even_when_flagged() -> None
     [joined] = merge_continuations([built(c), built(b)])
     assert joined.trace_ids == [b.trace_id, c.trace_id] and joined.flag_ref == "INC-7"
     assert joined.joined_by == ["trace", f"continuation:{c.trace_id}"]
+    assert not any("the latest of" in w for w in joined.warnings)  # one candidate: evidence, not a guess
+
+
+def test_an_unflagged_tie_joins_the_latest_and_says_it_was_a_guess() -> None:
+    a = turn(0, 0, [{"role": "user", "parts": [{"type": "text", "content": FIRST_Q}]}], FIRST_A, 1000, None)
+    b = turn(1, 1, [{"role": "user", "parts": [{"type": "text", "content": FIRST_Q}]}], FIRST_A, 3000, None)
+    history = [{"role": "user", "parts": [{"type": "text", "content": FIRST_Q}]},
+               {"role": "assistant", "parts": [{"type": "text", "content": FIRST_A}]},
+               {"role": "user", "parts": [{"type": "text", "content": "and then?"}]}]
+    c = turn(2, 2, history, "then nothing", 9000, None)
+    sessions = merge_continuations([built(a), built(b), built(c)])
+    joined = next(s for s in sessions if len(s.trace_ids) == 2)
+    assert joined.trace_ids == [b.trace_id, c.trace_id]
+    assert any("the latest of 2 earlier sessions" in w for w in joined.warnings)
 
 
 @pytest.mark.parametrize("first_extra,second_extra,resource", [
