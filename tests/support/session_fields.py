@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.paths import COMMON, PRODUCERS
+from tests.support.paths import PRODUCERS
+from tests.support.producers import FIRST_ANSWER
 
 # The first producers (before the weather story) all played one conversation: tests/unit/ingest/test_producers.py.
 BLUEWING_TURNS = ("What is the email on file for Bluewing?", "Thanks! And its phone?")
@@ -62,10 +63,8 @@ def wanted(producer_dir: Path) -> list[dict[str, Any]]:
     if "chat_agent" in generator or "agents_app" in generator:
         record = {"client": "Bluewing", **record, "phone": "+1-555-0100"}
     call = {"name": "client_lookup", "arguments": {"query": "Bluewing"}, "result": record}
-    fake = (COMMON / "fake_openai.py").read_text(encoding="utf-8")
-    answer = fake.split('FIRST_ANSWER = "', 1)[1].split('"', 1)[0]
     return [{"users": [first, second],
-             "answers": [answer, f'You asked: "{second}" The phone on file for Bluewing is +1-555-0100.'],
+             "answers": [FIRST_ANSWER, f'You asked: "{second}" The phone on file for Bluewing is +1-555-0100.'],
              "tool_calls": [call, call]}]
 
 
