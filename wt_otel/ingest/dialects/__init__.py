@@ -67,9 +67,9 @@ def observe(span: SpanRecord) -> list[Observation]:
     for dialect in _active:
         found = dialect.extract(span)
         if found:
-            if any(isinstance(o, ToolExecution) or o.input_messages or o.output_messages
-                   or o.tool_definitions for o in found):
-                return found
+            for o in found:
+                if type(o) is ToolExecution or o.input_messages or o.output_messages or o.tool_definitions:
+                    return found
             hint = hint or found
     if hint:
         return hint

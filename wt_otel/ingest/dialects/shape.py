@@ -81,6 +81,11 @@ def _role_of_kind(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8192)
+def _is_kind_key(key: str) -> bool:
+    return _KIND_TAIL.search(key) is not None
+
+
 def payloads(attrs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """Attributes that hold a whole record as an object (a native export's `span_data`, a JSONL line):
     their keys are read as the span's own, prefixed with the attribute's name."""
@@ -98,7 +103,7 @@ def span_role(span: SpanRecord) -> str | None:
     if isinstance(op, str) and (role := _role_of_kind(op)):
         return role
     for key, value in a.items():
-        if isinstance(value, str) and _KIND_TAIL.search(key) and (role := _role_of_kind(value)):
+        if isinstance(value, str) and _is_kind_key(key) and (role := _role_of_kind(value)):
             return role
     for _, record in payloads(a):
         kind = record.get("type", record.get("kind", record.get("span_type")))
@@ -139,6 +144,7 @@ _AGENT_WORDS = frozenset({"agent", "workflow", "chain", "task", "crew", "pipelin
 
 # ---------------------------------------------------------------- fields
 
+@lru_cache(maxsize=8192)
 def _direction(key: str) -> str | None:
     """'in' / 'out' / 'both' (a whole history) / None (not content) from a field's name."""
     toks = tokens(key)
@@ -350,8 +356,8 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
         inputs = ev_in
     if outputs is None and ev_out:
         outputs = ev_out
-    if inputs is None and outputs is None and not texts:
-        return []
+    if inputs is None and outputs is None and not (texts and role in (LLM, AGENT)):
+        return []  # plain texts count only where the producer said what the span is
     call = base_call(span, NAME)
     system, msgs = split_system(inputs or [])
     call.system_instructions = system
@@ -449,6 +455,8 @@ def _event_messages(span: SpanRecord, raw: bool = False) -> tuple[list[Any], lis
     """(input, output) messages from one-message-per-event telemetry, whatever the event names: an event
     named for a role (`gen_ai.user.message`, `...assistant...`) or a choice, its body or attributes the
     message (a dict, or JSON text as some SDKs log it)."""
+    if not span.events:
+        return [], []
     chat: list[Any] = []
     outputs: list[Any] = []
     for ev in sorted(span.events, key=lambda e: e.time_ns):
