@@ -101,3 +101,11 @@ def test_a_model_call_that_encloses_another_is_the_same_evidence():
     assert session is not None
     assert [c.span_id for c in session.llm_calls] == ["02" * 8]
     assert isinstance(shape.extract(outer)[0], LLMCall)
+
+
+def test_an_untyped_content_block_beside_the_answer_text_is_kept_not_fatal():
+    record = span("chat m", {"acme.output.messages": '[{"role": "assistant", "content": [{"weird": 1}]}]',
+                             "acme.response.text": "hi"})
+    [call] = shape.extract(record)
+    assert call.output_messages[0]["parts"] == [{"type": "text", "content": "hi"}]
+    assert {"weird": 1} in call.output_messages[1]["parts"]

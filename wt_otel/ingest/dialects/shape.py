@@ -348,7 +348,7 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
             if text is not None:
                 texts[direction] = text
     if outputs is not None and "out" in texts and not any(
-            p["type"] == "text" for m in outputs for p in m["parts"]):
+            p.get("type") == "text" for m in outputs for p in m["parts"]):
         # the answer's text and its tool calls in two fields (`ai.response.text`, `ai.response.toolCalls`)
         outputs = [{"role": "assistant", "parts": [{"type": "text", "content": texts["out"]}]}, *outputs]
     ev_in, ev_out = event_messages
