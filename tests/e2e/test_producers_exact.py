@@ -98,12 +98,6 @@ KNOWN_INEXACT = {
     "crewai/dump-openinference-genai.otlp.jsonl": "OpenInference's GenAI mode puts the tool's parameter schema in "
                                                  "gen_ai.tool.call.arguments of the tool spans",
     "dspy-openinference/dump.otlp.jsonl": "DSPy ReAct: tool calls only as fields of its text prompt format",
-    "google-genai-otel/dump-models-afc.otlp.jsonl": "one span per user turn around the SDK's tool loop: calls "
-                                                    "only as (nested duplicate) execute_tool spans",
-    "llamaindex-workflows-otel/dump.otlp.jsonl": "content only in LlamaIndex's own span events",
-    "openai-agents-streamed/dump.otlp.jsonl": "the openinference dialect doubles a parallel round's calls (the "
-                                              "shape reader alone is exact)",
-    "semantic-kernel/dump.otlp.jsonl": "the events dialect splits the turns (the shape reader alone is exact)",
 }
 
 

@@ -202,7 +202,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         session.joined_by += ["continuation:" + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
     _gemini_function_responses(calls)
-    _fill_from_calls(session, calls)
+    _fill_from_calls(session, calls, _tool_loops_in_calls(session, spans, calls))
     _user_turns_from_agent_inputs(session, calls, spans)
     _fix_tool_call_ids(session)
     _correlate(session)
@@ -330,7 +330,55 @@ def _enclosing(spans: list[SpanRecord], calls: list[LLMCall]) -> set[str]:
     return {a for c in calls if not c.is_transcript for a in _ancestors(c.span_id, parent)}
 
 
-def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
+def _tool_loops_in_calls(session: Session, spans: list[SpanRecord],
+                         calls: list[LLMCall]) -> dict[str, list[dict[str, Any]]]:
+    """The tool rounds a model call ran inside itself, by span id of the call.
+
+    An SDK that runs the tool loop for the caller (automatic function calling) may be traced as one model
+    call per user turn: its input is what the caller passed, its output the final text, and the turn's
+    calls are only the tool spans under it. Those go between the two, one round per call in time order
+    (calls whose spans overlap: one round). A tool span inside another of the same tool and arguments is
+    the same call wrapped twice (an instrumentation that re-wraps a function on every request): it counts
+    once."""
+    if not session.witnessed_calls:
+        return {}
+    parent = {sp.span_id: sp.parent_span_id for sp in spans}
+    by_span = {ex.span_id: ex for ex in session.witnessed_calls if ex.span_id}
+    twice = {ex.span_id for ex in session.witnessed_calls if any(
+        (outer := by_span.get(a)) is not None and outer.tool_name == ex.tool_name and outer.args == ex.args
+        for a in _ancestors(ex.span_id, parent))}
+    if twice:
+        session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.span_id not in twice]
+    enclosing = _enclosing(spans, calls)
+    loops: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        if call.is_transcript or call.span_id in enclosing or any(
+                p.get("type") == "tool_call" for m in call.output_messages for p in m.get("parts", [])):
+            continue
+        inside = sorted((ex for ex in session.witnessed_calls if call.span_id in _ancestors(ex.span_id, parent)),
+                        key=lambda ex: ex.start_ns)
+        rounds: list[list[ToolExecution]] = []
+        for ex in inside:
+            if rounds and ex.start_ns < max(e.end_ns for e in rounds[-1]):
+                rounds[-1].append(ex)
+            else:
+                rounds.append([ex])
+        messages: list[dict[str, Any]] = []
+        for batch in rounds:
+            messages.append({"role": "assistant", "parts": [
+                {"type": "tool_call", "id": ex.tool_call_id or "", "name": ex.tool_name, "arguments": ex.args}
+                for ex in batch]})
+            messages += [{"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": ex.tool_call_id or "",
+                 "response": ex.error if ex.error is not None and ex.result is None else ex.result,
+                 **({"is_error": True} if ex.error is not None else {})}]} for ex in batch]
+        if messages:
+            loops[call.span_id] = messages
+    return loops
+
+
+def _fill_from_calls(session: Session, calls: list[LLMCall],
+                     loops: dict[str, list[dict[str, Any]]] | None = None) -> None:
     inference = [c for c in calls if not c.is_transcript]
     session.llm_calls = inference
     transcript: list[dict[str, Any]] = []
@@ -341,12 +389,20 @@ def _fill_from_calls(session: Session, calls: list[LLMCall]) -> None:
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
         history: list[dict[str, Any]] = []
         hsigs: list[tuple] = []
-        for m in call.input_messages + call.output_messages:  # each message's signature, once
+        inside = (loops or {}).get(call.span_id, [])
+        for m in call.input_messages + inside + call.output_messages:  # each message's signature, once
             if m.get("role") != "system":
                 sig = _sig(m)
-                if any(sig[1]):
-                    history.append(m)
-                    hsigs.append(sig)
+                if not any(sig[1]):
+                    continue
+                if _calls_only(sig) and history and hsigs[-1][0] == "assistant":
+                    # one model response's parallel calls, as separate items (Responses API, some
+                    # instrumentations) or as one message (Chat Completions): the same turn, one message
+                    history[-1] = {**history[-1], "parts": [*history[-1].get("parts", []), *m.get("parts", [])]}
+                    hsigs[-1] = _sig(history[-1])
+                    continue
+                history.append(m)
+                hsigs.append(sig)
         if call.is_transcript and not spoke and hsigs and all(h[0] == "assistant" for h in hsigs):
             continue  # a run's answers alone, where no model call logged content: no conversation to keep
         _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke, hsigs=hsigs)
@@ -378,6 +434,8 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
     if m == 0:
         return
     if hsigs[:n] == sigs:  # the common case: the same history, grown
+        for i in range(n):
+            transcript[i] = _with_ids(transcript[i], history[i])
         transcript.extend(history[n:])
         sigs.extend(hsigs[n:])
         return
@@ -397,6 +455,24 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
     k = _subsequence_head(sigs, hsigs)
     transcript.extend(history[k:])
     sigs.extend(hsigs[k:])
+
+
+def _with_ids(seen: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """`seen` with the tool-call ids that a later view of the same message gives and it lacks (a response
+    logged in a legacy form without ids, the next request's history with them)."""
+    parts, later = seen.get("parts", []), again.get("parts", [])
+    if len(parts) != len(later):
+        return seen
+    pairs = list(zip(parts, later, strict=True))
+    if not any(p.get("type") == "tool_call" and not p.get("id") and q.get("id") for p, q in pairs):
+        return seen
+    return {**seen, "parts": [{**p, "id": q["id"]} if p.get("type") == "tool_call" and not p.get("id")
+                              and q.get("id") else p for p, q in pairs]}
+
+
+def _calls_only(sig: tuple) -> bool:
+    """An assistant message that holds tool calls and nothing else."""
+    return sig[0] == "assistant" and all(p[0] == "tool_call" for p in sig[1])
 
 
 def _subsequence_head(seq: list[tuple], sub: list[tuple]) -> int:

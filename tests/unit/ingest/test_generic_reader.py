@@ -31,13 +31,6 @@ KNOWN_GAPS: dict[str, tuple[float, str]] = {
                                     "arguments as a repr string) and log results as reprs"),
     "dspy-openinference/dump.otlp.jsonl": (0.0, "DSPy ReAct's tool calls exist only as fields of its text "
                                                 "prompt format ([[ ## next_tool_name ## ]]); no structured call"),
-    "google-genai-otel/dump-models-afc.otlp.jsonl": (0.3, "one span per user turn around the SDK's own tool "
-                                                           "loop: the turn's calls are only execute_tool spans"),
-    "llamaindex-workflows-otel/dump.otlp.jsonl": (0.2, "content only in LlamaIndex's own span events "
-                                                       "(LLMChatStartEvent/EndEvent); tool spans carry nothing"),
-    "litellm-otel/dump.otlp.jsonl": (0.65, "every call its own trace with no id: the continuation join splits "
-                                           "a turn when a raw-request span shows the call before its result"),
-    "strands-default/dump.otlp.jsonl": (0.85, "a streamed final answer only in the loop span's events"),
 }
 
 

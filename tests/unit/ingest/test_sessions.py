@@ -222,8 +222,15 @@ def _reference_transcript(calls):
     transcript, sigs = [], []
     spoke = any(c.input_messages or c.output_messages for c in calls if not c.is_transcript)
     for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
-        history = [m for m in call.input_messages + call.output_messages
-                   if m.get("role") != "system" and any(_sig(m)[1])]
+        history = []
+        for m in call.input_messages + call.output_messages:
+            if m.get("role") == "system" or not any(_sig(m)[1]):
+                continue
+            if (history and history[-1]["role"] == "assistant" and m["role"] == "assistant"
+                    and all(p["type"] == "tool_call" for p in m["parts"])):  # parallel calls: one message
+                history[-1] = {**history[-1], "parts": history[-1]["parts"] + m["parts"]}
+            else:
+                history.append(m)
         if call.is_transcript and not spoke and history and all(m["role"] == "assistant" for m in history):
             continue  # answers alone where no model call logged content
         _merge(transcript, sigs, history, extend_only=call.is_transcript and spoke)

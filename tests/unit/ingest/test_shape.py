@@ -109,3 +109,106 @@ def test_an_untyped_content_block_beside_the_answer_text_is_kept_not_fatal():
     [call] = shape.extract(record)
     assert call.output_messages[0]["parts"] == [{"type": "text", "content": "hi"}]
     assert {"weird": 1} in call.output_messages[1]["parts"]
+
+
+def _texts(session) -> list[tuple]:
+    return [(m["role"], tuple((p["type"], p.get("name") or p.get("content") or p.get("response"))
+                              for p in m["parts"])) for m in session.messages]
+
+
+def test_parallel_calls_as_separate_items_and_as_one_message_are_one_turn():
+    """One response's two calls: one message in its output, two items in the next request's history (the
+    Responses API): the same turn, kept once."""
+    ask = {"role": "user", "content": "Oslo or Nairobi?"}
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "w", "arguments": json.dumps({"city": c})}}
+             for i, c in enumerate(("Oslo", "Nairobi"))]
+    first = span("chat m", {"acme.span.kind": "llm", "acme.input.messages": json.dumps([ask]),
+                            "acme.output.messages": json.dumps([{"role": "assistant", "tool_calls": calls}])})
+    history = [ask, *({"role": "assistant", "tool_calls": [c]} for c in calls),
+               *({"role": "tool", "tool_call_id": c["id"], "content": "{}"} for c in calls)]
+    second = span("chat m", {"acme.span.kind": "llm", "acme.input.messages": json.dumps(history),
+                             "acme.output.messages": json.dumps([{"role": "assistant", "content": "Nairobi."}])},
+                  sid="02" * 8, start=20)
+    session = build_session([first, second])
+    assert [role for role, _ in _texts(session)] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [p["name"] for p in session.messages[1]["parts"]] == ["w", "w"]
+
+
+def test_a_legacy_function_call_beside_empty_output_parts_is_the_call_and_takes_the_next_views_id():
+    ask = [{"role": "user", "parts": [{"type": "text", "content": "Lisbon?"}]}]
+    first = span("litellm_request", {
+        "gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(ask),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": []}]),
+        "gen_ai.completion.0.function_call.name": "w", "gen_ai.completion.0.function_call.arguments": '{"c": 1}'})
+    history = [*ask, {"role": "assistant", "parts": [], "tool_calls": [
+        {"id": "call_9", "type": "function", "function": {"name": "w", "arguments": '{"c": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_9", "parts": [{"type": "text", "content": '{"t": 21}'}]}]
+    second = span("litellm_request", {
+        "gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(history),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "21."}]}])},
+        sid="02" * 8, start=20)
+    from wt_otel.ingest import dialects
+    dialects.switch_off("all")
+    try:
+        session = build_session([first, second])
+    finally:
+        dialects.switch_off("")
+    call, result = session.messages[1]["parts"][0], session.messages[2]["parts"][0]
+    assert (call["name"], call["arguments"], call["id"]) == ("w", {"c": 1}, "call_9")
+    assert result["id"] == "call_9" and result["response"] == {"t": 21}
+    assert not any(p.get("type") == "text" and "c" in str(p.get("content")) for p in session.messages[1]["parts"])
+
+
+def test_message_events_whose_bodies_are_json_text_are_read():
+    """Semantic Kernel logs each message as a log record whose body is the message as JSON text."""
+    events = [Event("", 1, {"event.name": "gen_ai.user.message"}, json.dumps({"role": "user", "content": "Hi?"})),
+              Event("", 2, {"event.name": "gen_ai.tool.message"},
+                    json.dumps({"role": "tool", "id": "t1", "content": '{"ok": true}'})),
+              Event("", 3, {"event.name": "gen_ai.choice"},
+                    json.dumps({"index": 0, "message": {"role": "assistant", "content": "Done."}}))]
+    session = build_session([span("chat m", {"gen_ai.operation.name": "chat"}, events=events)])
+    assert _texts(session) == [("user", (("text", "Hi?"),)), ("tool", (("tool_call_response", {"ok": True}),)),
+                               ("assistant", (("text", "Done."),))]
+
+
+def test_a_choice_event_whose_message_is_its_content_blocks_is_the_answer():
+    events = [Event("gen_ai.user.message", 1, {"content": '[{"text": "Hi?"}]'}),
+              Event("gen_ai.choice", 2, {"finish_reason": "end_turn", "message": '[{"text": "Hello."}]'})]
+    [call] = shape.extract(span("chat", {"acme.span.kind": "llm"}, events=events))
+    assert [p["content"] for m in call.output_messages for p in m["parts"]] == ["Hello."]
+
+
+def test_a_model_call_that_ran_its_own_tool_loop_gets_its_tool_spans_between_ask_and_answer():
+    """One span per user turn around an SDK's automatic function calling: the calls are only the tool spans
+    under it; a tool span inside another of the same call (re-wrapped function) counts once."""
+    turn = span("generate_content m", {
+        "gen_ai.operation.name": "generate_content",
+        "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Oslo?"}]}]),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "3."}]}])},
+        sid="01" * 8, start=1)
+    turn.end_ns = 100
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "w",
+            "gen_ai.tool.call.arguments": '{"city": "Oslo"}', "gen_ai.tool.call.result": '{"t": 3}'}
+    outer = span("execute_tool w", tool, sid="02" * 8, parent="01" * 8, start=10)
+    inner = span("execute_tool w", tool, sid="03" * 8, parent="02" * 8, start=11)
+    session = build_session([turn, outer, inner])
+    assert _texts(session) == [("user", (("text", "Oslo?"),)), ("assistant", (("tool_call", "w"),)),
+                               ("tool", (("tool_call_response", {"t": 3}),)), ("assistant", (("text", "3."),))]
+    assert len(session.witnessed_calls) == 1
+
+
+def test_a_message_spread_over_dotted_event_keys_is_one_message_and_type_names_are_not_content():
+    """LlamaIndex: an end event's `response.message.{role, blocks, ...}` is the model's message; a step's
+    `input_event: "AgentSetup"` is a class name, and a tool step with only an object repr is no call."""
+    end = Event("LLMChatEndEvent", 2, {
+        "messages": json.dumps([{"role": "user", "blocks": [{"block_type": "text", "text": "Lisbon?"}]}]),
+        "response.message.role": "assistant",
+        "response.message.blocks": json.dumps([{"block_type": "text", "text": "Sunny."}]),
+        "response.raw.model": "m", "response.raw.usage.total_tokens": 9})
+    step = {"acme.step.input_event": "AgentSetup"}
+    [call] = shape.extract(span("OpenAI.achat", step, events=[end]))
+    assert isinstance(call, LLMCall) and not call.is_transcript
+    assert [(m["role"], p["content"]) for m in call.output_messages for p in m["parts"]] == [("assistant", "Sunny.")]
+    assert shape.extract(span("Workflow.run_agent_step", step)) == []
+    assert shape.extract(span("Workflow.call_tool", {"acme.step.input_event": "ToolCall",
+                                                     "acme.step.output": "ToolCallResult(tool_name='w', ..."})) == []

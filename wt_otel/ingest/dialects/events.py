@@ -2,7 +2,7 @@
 
 Event names: `gen_ai.{system,user,assistant,tool}.message` and `gen_ai.choice`,
 given in the log's `eventName` or its `event.name` attribute; the message is
-the body (kvlist), or the attributes for producers that put it there. Log
+the body (kvlist, or the same as JSON text), or the attributes for producers that put it there. Log
 records reach the span as events (see `wt_otel.model.spans.LogRecord.as_event`).
 """
 
@@ -52,7 +52,8 @@ def call_from_events(span: SpanRecord, events: list[Event], dialect: str) -> LLM
     chat: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
     for ev in sorted(events, key=lambda e: e.time_ns):
-        data = ev.body if isinstance(ev.body, dict) else dict(ev.attributes)
+        body = decode_json(ev.body)[0] if isinstance(ev.body, str) else ev.body  # Semantic Kernel: JSON text
+        data = body if isinstance(body, dict) else dict(ev.attributes)
         name = event_name(ev)
         if name == CHOICE:
             msg = decode_json(data["message"])[0] if "message" in data else data

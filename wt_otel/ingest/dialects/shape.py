@@ -109,8 +109,8 @@ def span_role(span: SpanRecord) -> str | None:
         kind = record.get("type", record.get("kind", record.get("span_type")))
         if isinstance(kind, str) and (role := _role_of_kind(kind)):
             return role
-    if _model_call(a):
-        return LLM
+    if _model_call(a) or any(_model_call(ev.attributes) for ev in span.events[:8]):
+        return LLM  # an event that names the model and counts tokens: LlamaIndex's LLMChatEndEvent
     words = tokens(span.name)
     if words & _TOOL_WORDS:
         return TOOL
@@ -178,6 +178,7 @@ def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
         d = _direction(prefix)
         if d is not None:
             out.append((prefix, d, _unflatten(rest)))
+    out = _dotted_messages(out)
     for key, record in payloads(attrs):
         for sub, value in record.items():
             d = _direction(sub)
@@ -187,6 +188,37 @@ def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 
 _FLAT_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _dotted_messages(found: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
+    """A message flattened into dotted keys (`response.message.role`, `response.message.blocks`: a
+    `model_dump()` spread over attributes) is one field again; the keys that hold no message stay apart."""
+    groups: dict[str, list[int]] = {}
+    for i, (key, _, _) in enumerate(found):
+        head, dot, _rest = key.partition(".")
+        if dot and not isinstance(found[i][2], list):
+            groups.setdefault(head, []).append(i)
+    taken: set[int] = set()
+    rebuilt: list[tuple[str, str, Any]] = []
+    for head, members in groups.items():
+        if len(members) < 2 or (d := _direction(head)) is None:
+            continue
+        tree: dict[str, Any] = {}
+        for i in members:
+            node = tree
+            *path, leaf = found[i][0].split(".")[1:]
+            for seg in path:
+                child = node.get(seg)
+                if not isinstance(child, dict):
+                    child = node[seg] = {}
+                node = child
+            node[leaf] = decode_value(found[i][2])
+        if message_list(tree) is not None:
+            rebuilt.append((head, d, tree))
+            taken.update(members)
+    if not rebuilt:
+        return found
+    return [f for i, f in enumerate(found) if i not in taken] + rebuilt
 
 
 def _unflatten(rest: dict[str, Any]) -> list[Any]:
@@ -279,6 +311,8 @@ def plain_text(value: Any) -> str | None:
     if isinstance(data, str):
         if looks_serialized(data) or len(data) > _MAX_TEXT:
             return None  # an SDK object's repr (often cut short with "..."), not words for a person
+        if _type_name(data):
+            return None
         label = _ROLE_LABEL.match(data)  # `str(ChatMessage)`: "assistant: <text>"
         if label:
             data = label.group(1)
@@ -337,10 +371,12 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
         if raw is None and direction == "out":
             raw = _tool_call_list(value)
         if raw is not None:
+            # a field that holds messages with nothing in them (LiteLLM's empty output parts beside
+            # its legacy `completion.N.function_call`) leaves the place to the next field
             if direction == "out":
-                if outputs is None:
+                if not outputs:
                     outputs = read_messages(raw, "assistant")
-            elif inputs is None:
+            elif not inputs:
                 inputs = read_messages(raw)
             continue
         if direction in ("in", "out") and direction not in texts:
@@ -403,7 +439,7 @@ def _tool_call_list(value: Any) -> list[Any] | None:
         item = decode_value(item)
         if not isinstance(item, dict):
             return None
-        fn = item["function"] if isinstance(item.get("function"), dict) else item
+        fn = next((item[k] for k in ("function", "function_call") if isinstance(item.get(k), dict)), item)
         name = next((fn[k] for k in _CALL_NAME if isinstance(fn.get(k), str) and fn[k]), None)
         if name is None or not any(k in fn for k in _CALL_ARGS):
             return None
@@ -440,8 +476,11 @@ def _tool(span: SpanRecord, found: list[tuple[str, str, Any]]) -> list[Observati
     if name is None:
         name = _NAME_PREFIX.sub("", span.name).removesuffix(".tool").strip() or span.name
     call_id = next((v for k, v in a.items() if isinstance(v, str) and v and _CALL_ID_KEYS.search(k)), None)
-    args = next((v for _, d, v in found if d == "in" and not _is_schema(v)), None)
-    result = next((v for _, d, v in found if d == "out"), None)
+    args = next((v for _, d, v in found if d == "in" and not _is_schema(v) and not _type_name(v)
+                 and not (isinstance(v, str) and _OBJECT_REPR.match(v))), None)  # arguments are no SDK object
+    result = next((v for _, d, v in found if d == "out" and not _type_name(v)), None)
+    if args is None and isinstance(result, str) and _OBJECT_REPR.match(result):
+        return []  # a framework step's repr of its own event object, often cut short: no call to take
     if args is None and result is None:  # the call and its answer as message events (Strands)
         asked, answered = _event_messages(span, raw=True)
         args = next((m.get("content") for m in asked if isinstance(m, dict)), None)
@@ -449,6 +488,15 @@ def _tool(span: SpanRecord, found: list[tuple[str, str, Any]]) -> list[Observati
     if args is None and result is None:
         return []
     return [tool_execution(span, name, args, result, call_id, NAME)]
+
+
+_TYPE_NAME = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+")
+_OBJECT_REPR = re.compile(r"\s*\[?[A-Z]\w*\(")
+
+
+def _type_name(value: Any) -> bool:
+    """A class name where content would be (`input_event: "AgentSetup"`): what a step got, not what it said."""
+    return isinstance(value, str) and _TYPE_NAME.fullmatch(value) is not None
 
 
 def _event_messages(span: SpanRecord, raw: bool = False) -> tuple[list[Any], list[Any]]:
@@ -491,6 +539,8 @@ def _event_message(body: Any, role: str) -> dict[str, Any] | None:
     if isinstance(inner, dict):  # a choice: `{index, message: {...}, finish_reason, tool_calls?}`
         body = {**{k: v for k, v in body.items() if k != "message"}, **{k: v for k, v in inner.items()
                                                                        if v is not None}}
+    elif isinstance(inner, list | str) and body.get("content") is None:  # the message's content blocks alone
+        body = {**{k: v for k, v in body.items() if k != "message"}, "content": inner}
     msg = {"role": body.get("role") or role, "content": decode_value(body.get("content"))}
     if body.get("tool_calls"):
         msg["tool_calls"] = decode_value(body["tool_calls"])
