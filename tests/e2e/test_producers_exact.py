@@ -94,9 +94,6 @@ def test_producer_without_content_is_said_so_and_keeps_the_witnessed_calls(dump:
 # Producers of issue 29 that do not import exactly yet: each names what is still wrong. Strict xfail: a dump
 # that becomes exact fails here until it is taken off this list.
 KNOWN_INEXACT = {
-    "crewai/dump.otlp.jsonl": "CrewAI's own spans: earlier tool rounds mangled in the history, results as reprs",
-    "crewai/dump-openinference-genai.otlp.jsonl": "OpenInference's GenAI mode puts the tool's parameter schema in "
-                                                 "gen_ai.tool.call.arguments of the tool spans",
     "dspy-openinference/dump.otlp.jsonl": "DSPy ReAct: tool calls only as fields of its text prompt format",
 }
 

@@ -145,6 +145,14 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _string_literal(value: Any) -> str | None:
+    """The text of a Python string literal (`'...'`, a repr of a string), else None."""
+    if not isinstance(value, str) or len(value) < 2 or value[0] != value[-1] or value[0] not in "'\"":
+        return None
+    text, ok = parse_literal(value)
+    return text if ok and isinstance(text, str) else None
+
+
 def decode_value(value: Any) -> Any:
     """JSON or Python-repr text -> data (never evaluated); anything else unchanged."""
     return _decode(value)
@@ -158,6 +166,8 @@ def tool_result(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, str | bytes):
         decoded = _decode(value)
+        if isinstance(decoded, str) and decoded is not value and decoded.lstrip()[:1] in ("{", "["):
+            return tool_result(decoded, _depth + 1)  # a container's repr, JSON-quoted (CrewAI's tool spans)
         return value if decoded is value else tool_result(decoded, _depth + 1) if isinstance(
             decoded, dict | list) else decoded
     if isinstance(value, dict):
@@ -239,7 +249,8 @@ def tool_arguments(value: Any) -> tuple[Any, bool]:
     if value is None or value == "":
         return {}, True
     for _ in range(_MAX_DEPTH):
-        decoded = _decode(value)
+        inner = _string_literal(value)  # the JSON text, repr'd once more (CrewAI's history): `'{"city": "Oslo"}'`
+        decoded = _decode(value if inner is None else inner)
         if not isinstance(decoded, dict):
             return value, False
         if set(decoded) == {"_raw_arguments"}:
@@ -375,7 +386,11 @@ def _item_parts(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _call_part(call_id: Any, name: Any, raw_args: Any) -> dict[str, Any]:
     args, ok = tool_arguments(raw_args)
-    part: dict[str, Any] = {"type": "tool_call", "id": str(call_id or ""), "name": str(name or ""), "arguments": args}
+    name = str(name or "")
+    unquoted = _string_literal(name)  # a framework that logs repr(name): "'get_weather'"
+    if unquoted is not None and unquoted.isidentifier():
+        name = unquoted
+    part: dict[str, Any] = {"type": "tool_call", "id": str(call_id or ""), "name": name, "arguments": args}
     if not ok:
         part["arguments_undecodable"] = True
     return part

@@ -25,7 +25,7 @@ from typing import Any
 
 from wt_otel.ingest import dialects
 from wt_otel.ingest.diagnostics import diagnose
-from wt_otel.ingest.dialects import agents
+from wt_otel.ingest.dialects import agents, shape
 from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FEEDBACK_KEYS, FlagRules, default_rules
 from wt_otel.ingest.joins import conversation_key, merge_continuations, span_facts
@@ -218,19 +218,22 @@ def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans:
     prompt. On evidence only: the prompt is the last user message of the first model call that the agent
     span encloses, and it holds the agent's input. Said as a warning, since the prompt the model saw is
     not what a replay injects."""
-    agents = [c for c in calls if c.agent_input and len(c.agent_input.strip()) >= 3]
+    asked = {c.span_id: words for c in calls if c.is_transcript and (words := c.agent_input or _lone_ask(c))
+             and len(words.strip()) >= 3}
+    agents = [c for c in calls if c.span_id in asked]
     if not agents:
         return
     parent = {s.span_id: s.parent_span_id for s in spans}
     model_calls = sorted((c for c in calls if not c.is_transcript), key=lambda c: c.start_ns)
     lineage = {c.span_id: _ancestors(c.span_id, parent) for c in model_calls}
     prompts: dict[str, str] = {}  # the prompt text -> the user's words in it
-    for agent in agents:
+    # the outermost agent first: a crew's kickoff input, not the task description its task filled in from it
+    for agent in sorted(agents, key=lambda c: len(_ancestors(c.span_id, parent))):
         first = next((c for c in model_calls if agent.span_id in lineage[c.span_id]), None)
         users = [m for m in first.input_messages if m["role"] == "user"] if first else []
         texts = [p for p in users[-1]["parts"] if p.get("type") == "text"] if users else []
         prompt = texts[0].get("content") or "" if len(texts) == 1 else ""
-        words = (agent.agent_input or "").strip()
+        words = asked[agent.span_id].strip()
         if prompt != words and words in prompt:
             prompts.setdefault(prompt, words)
     if not prompts:
@@ -242,6 +245,15 @@ def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans:
     for prompt, words in prompts.items():
         session.warnings.append(f"user turn {words[:60]!r} is the agent's input; the model was given a prompt "
                                 f"built from it ({len(prompt)} characters), which a replay does not inject")
+
+
+def _lone_ask(view: LLMCall) -> str | None:
+    """What a run was asked when its span logs one user message (a crew's kickoff inputs as JSON text:
+    their one value)."""
+    if len(view.input_messages) != 1 or view.input_messages[0]["role"] != "user":
+        return None
+    parts = view.input_messages[0]["parts"]
+    return shape.plain_text(parts[0].get("content")) if len(parts) == 1 and parts[0].get("type") == "text" else None
 
 
 def _ancestors(span_id: str, parent: dict[str, str | None]) -> set[str]:
@@ -566,8 +578,11 @@ def _correlate(session: Session) -> None:
             # Arguments: where the tool span logged no object (a framework's string or unknown wrapper), the
             # model call's tool call says what the agent asked for. Results: the tool span witnessed them,
             # else the transcript.
-            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and call_part.get("arguments"))) \
+            if (not ex.args_decoded or not isinstance(ex.args, dict) or (not ex.args and call_part.get("arguments"))
+                    or (shape.is_schema(ex.args) and ex.args != call_part.get("arguments"))) \
                     and isinstance(call_part.get("arguments"), dict) and not call_part.get("arguments_undecodable"):
+                # (a tool span that logs the tool's parameter schema where the arguments go: OpenInference's
+                # GenAI-semconv mode)
                 ex.args, ex.args_decoded = call_part["arguments"], True
             if ex.result is None and call_part["id"] in responses:
                 ex.result = responses[call_part["id"]].get("response")

@@ -27,8 +27,6 @@ FLOOR = 0.9
 
 # Producers the shape reader alone does not yet read to FLOOR: (floor today, why). Each is a gap to close.
 KNOWN_GAPS: dict[str, tuple[float, str]] = {
-    "crewai/dump.otlp.jsonl": (0.3, "CrewAI's own spans repeat earlier tool rounds mangled (a name in quotes, "
-                                    "arguments as a repr string) and log results as reprs"),
     "dspy-openinference/dump.otlp.jsonl": (0.0, "DSPy ReAct's tool calls exist only as fields of its text "
                                                 "prompt format ([[ ## next_tool_name ## ]]); no structured call"),
 }

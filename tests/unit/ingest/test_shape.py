@@ -212,3 +212,46 @@ def test_a_message_spread_over_dotted_event_keys_is_one_message_and_type_names_a
     assert shape.extract(span("Workflow.run_agent_step", step)) == []
     assert shape.extract(span("Workflow.call_tool", {"acme.step.input_event": "ToolCall",
                                                      "acme.step.output": "ToolCallResult(tool_name='w', ..."})) == []
+
+
+def test_a_history_that_reprs_earlier_calls_is_the_same_history():
+    """CrewAI's later requests repeat earlier tool rounds as `repr`s: the name in quotes, the JSON arguments
+    quoted once more; the tool span's result a JSON-quoted repr of the returned dict."""
+    from wt_otel.ingest.messages import read_messages, tool_result
+
+    [msg] = read_messages([{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "'get_weather'",
+                                                             "arguments": "'{\"city\": \"Oslo\"}'"}]}])
+    assert msg["parts"][0]["name"] == "get_weather" and msg["parts"][0]["arguments"] == {"city": "Oslo"}
+    assert tool_result(json.dumps("{'city': 'Oslo', 'temp_c': 3}")) == {"city": "Oslo", "temp_c": 3}
+    [odd] = read_messages([{"role": "assistant", "parts": [{"type": "tool_call", "id": "c2", "name": "'a b'"}]}])
+    assert odd["parts"][0]["name"] == "'a b'"  # only an identifier is taken out of its quotes
+
+
+def test_the_user_turn_is_the_outermost_runs_one_input_value():
+    """A crew's kickoff span logs its inputs as one user message of JSON text; the task and agent spans under
+    it log the task description filled in from it; the model sees a prompt built from that: the user's words
+    are the kickoff's one value."""
+    crew = span("execute crew", {"gen_ai.operation.name": "invoke_workflow", "acme.input.messages": json.dumps(
+        [{"role": "user", "content": json.dumps({"question": "Lisbon today?"})}])}, sid="01" * 8)
+    task = span("execute task", {"gen_ai.operation.name": "invoke_agent", "acme.input.messages": json.dumps(
+        [{"role": "user", "content": "A traveller asks: Lisbon today?"}])}, sid="02" * 8, parent="01" * 8, start=2)
+    prompt = "Current Task: A traveller asks: Lisbon today?\nAnswer in one sentence."
+    model = span("call llm", {"gen_ai.operation.name": "chat",
+                              "gen_ai.input.messages": json.dumps([{"role": "user", "content": prompt}]),
+                              "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": "Sunny."}])},
+                 sid="03" * 8, parent="02" * 8, start=3)
+    session = build_session([crew, task, model])
+    assert [p["content"] for m in session.messages if m["role"] == "user" for p in m["parts"]] == ["Lisbon today?"]
+    assert any("agent's input" in w for w in session.warnings)
+
+
+def test_a_tool_span_that_logs_the_parameter_schema_as_arguments_takes_the_models_arguments():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    model = span("chat m", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(
+        [{"role": "user", "content": "Oslo?"}]), "gen_ai.output.messages": json.dumps([{"role": "assistant",
+        "tool_calls": [{"id": "c1", "function": {"name": "w", "arguments": '{"city": "Oslo"}'}}]}])})
+    tool = span("execute_tool w", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "w",
+                                   "gen_ai.tool.call.arguments": json.dumps(schema),
+                                   "gen_ai.tool.call.result": '{"t": 3}'}, sid="02" * 8, start=5)
+    [ex] = build_session([model, tool]).witnessed_calls
+    assert ex.args == {"city": "Oslo"} and ex.result == {"t": 3}

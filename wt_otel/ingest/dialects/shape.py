@@ -420,7 +420,8 @@ def _same_tail(history: list[dict[str, Any]], tail: list[dict[str, Any]]) -> boo
     return len(history) >= n and [signature(m) for m in history[-n:]] == [signature(m) for m in tail]
 
 
-def _is_schema(value: Any) -> bool:
+def is_schema(value: Any) -> bool:
+    """A JSON Schema of an object (a tool's parameters), not values."""
     data = decode_value(value)
     return isinstance(data, dict) and data.get("type") == "object" and isinstance(data.get("properties"), dict)
 
@@ -476,7 +477,7 @@ def _tool(span: SpanRecord, found: list[tuple[str, str, Any]]) -> list[Observati
     if name is None:
         name = _NAME_PREFIX.sub("", span.name).removesuffix(".tool").strip() or span.name
     call_id = next((v for k, v in a.items() if isinstance(v, str) and v and _CALL_ID_KEYS.search(k)), None)
-    args = next((v for _, d, v in found if d == "in" and not _is_schema(v) and not _type_name(v)
+    args = next((v for _, d, v in found if d == "in" and not is_schema(v) and not _type_name(v)
                  and not (isinstance(v, str) and _OBJECT_REPR.match(v))), None)  # arguments are no SDK object
     result = next((v for _, d, v in found if d == "out" and not _type_name(v)), None)
     if args is None and isinstance(result, str) and _OBJECT_REPR.match(result):
@@ -551,4 +552,4 @@ def _event_message(body: Any, role: str) -> dict[str, Any] | None:
     return msg
 
 
-__all__ = ["NAME", "extract", "fields", "message_list", "plain_text", "span_role", "tokens"]
+__all__ = ["NAME", "extract", "fields", "is_schema", "message_list", "plain_text", "span_role", "tokens"]
