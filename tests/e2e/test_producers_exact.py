@@ -93,9 +93,7 @@ def test_producer_without_content_is_said_so_and_keeps_the_witnessed_calls(dump:
 
 # Producers of issue 29 that do not import exactly yet: each names what is still wrong. Strict xfail: a dump
 # that becomes exact fails here until it is taken off this list.
-KNOWN_INEXACT = {
-    "dspy-openinference/dump.otlp.jsonl": "DSPy ReAct: tool calls only as fields of its text prompt format",
-}
+KNOWN_INEXACT: dict[str, str] = {}
 
 
 def _exact_param(dump: str):

@@ -202,7 +202,8 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         session.joined_by += ["continuation:" + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
     _gemini_function_responses(calls)
-    _fill_from_calls(session, calls, _tool_loops_in_calls(session, spans, calls))
+    loops = _tool_loops_in_calls(session, spans, calls)
+    _fill_from_calls(session, calls, loops, _text_protocol_runs(session, spans, calls))
     _user_turns_from_agent_inputs(session, calls, spans)
     _fix_tool_call_ids(session)
     _correlate(session)
@@ -265,6 +266,7 @@ def _ancestors(span_id: str, parent: dict[str, str | None]) -> set[str]:
     return out
 
 
+_DONE_TOOL = re.compile(r"^(?:finish(?:ed)?|done|complete[d]?|task[_ ]?complete|end[_ ]?turn)$", re.IGNORECASE)
 _FINAL_TOOL = re.compile(r"^(?:final[_ ]?(?:answer|result|response|output)|submit[_ ]?(?:final[_ ]?)?answer)$",
                          re.IGNORECASE)
 
@@ -279,14 +281,25 @@ def _final_answer_tools(session: Session) -> None:
         if m["role"] != "assistant":
             continue
         for j, p in enumerate(m["parts"]):
-            if p.get("type") != "tool_call" or not _FINAL_TOOL.match(str(p.get("name") or "")):
+            name = str(p.get("name") or "")
+            if p.get("type") != "tool_call" or not (_FINAL_TOOL.match(name) or _DONE_TOOL.match(name)):
                 continue
-            text = _one_text(p.get("arguments"))
+            text = _one_text(p.get("arguments")) if _FINAL_TOOL.match(name) else None
             later = messages[i + 1:]
             end = next((k for k, x in enumerate(later) if x["role"] == "user"), len(later))
             answered_later = any(x["role"] == "assistant" and any(q.get("type") == "text" for q in x["parts"])
                                  for x in later[:end])
-            if text is None or answered_later or any(q.get("type") == "tool_call" for q in m["parts"][j + 1:]):
+            calls_later = any(q.get("type") == "tool_call" for q in m["parts"][j + 1:])
+            if text is None and not p.get("arguments") and answered_later and not calls_later and not any(
+                    q.get("type") == "tool_call" for x in later[:end] for q in x["parts"]):
+                # a no-argument `finish` that only marks the end of a run whose answer follows (DSPy ReAct)
+                m["parts"][j] = {}
+                dropped.add(p["id"])
+                said = f"tool {name!r} only marked the end of the run (no arguments, the answer follows): dropped"
+                if said not in session.warnings:
+                    session.warnings.append(said)
+                continue
+            if text is None or answered_later or calls_later:
                 continue
             m["parts"][j] = {"type": "text", "content": text}
             dropped.add(p["id"])
@@ -296,7 +309,8 @@ def _final_answer_tools(session: Session) -> None:
     if not dropped:
         return
     for m in messages:
-        m["parts"] = [p for p in m["parts"] if not (p.get("type") == "tool_call_response" and p.get("id") in dropped)]
+        m["parts"] = [p for p in m["parts"] if p and not (p.get("type") == "tool_call_response"
+                                                           and p.get("id") in dropped)]
     session.messages = [m for m in messages if m["parts"]]
     session.witnessed_calls = [w for w in session.witnessed_calls if w.tool_call_id not in dropped]
 
@@ -367,38 +381,79 @@ def _tool_loops_in_calls(session: Session, spans: list[SpanRecord],
         if call.is_transcript or call.span_id in enclosing or any(
                 p.get("type") == "tool_call" for m in call.output_messages for p in m.get("parts", [])):
             continue
-        inside = sorted((ex for ex in session.witnessed_calls if call.span_id in _ancestors(ex.span_id, parent)),
-                        key=lambda ex: ex.start_ns)
-        rounds: list[list[ToolExecution]] = []
-        for ex in inside:
-            if rounds and ex.start_ns < max(e.end_ns for e in rounds[-1]):
-                rounds[-1].append(ex)
-            else:
-                rounds.append([ex])
-        messages: list[dict[str, Any]] = []
-        for batch in rounds:
-            messages.append({"role": "assistant", "parts": [
-                {"type": "tool_call", "id": ex.tool_call_id or "", "name": ex.tool_name, "arguments": ex.args}
-                for ex in batch]})
-            messages += [{"role": "tool", "parts": [
-                {"type": "tool_call_response", "id": ex.tool_call_id or "",
-                 "response": ex.error if ex.error is not None and ex.result is None else ex.result,
-                 **({"is_error": True} if ex.error is not None else {})}]} for ex in batch]
+        messages = _rounds(ex for ex in session.witnessed_calls if call.span_id in _ancestors(ex.span_id, parent))
         if messages:
             loops[call.span_id] = messages
     return loops
 
 
-def _fill_from_calls(session: Session, calls: list[LLMCall],
-                     loops: dict[str, list[dict[str, Any]]] | None = None) -> None:
+def _rounds(executions: Iterable[ToolExecution]) -> list[dict[str, Any]]:
+    """Witnessed tool calls as the turn's tool rounds, in time order: calls whose spans overlap are one round
+    (one assistant message asking for them all), each answered by a tool message."""
+    rounds: list[list[ToolExecution]] = []
+    for ex in sorted(executions, key=lambda ex: ex.start_ns):
+        if rounds and ex.start_ns < max(e.end_ns for e in rounds[-1]):
+            rounds[-1].append(ex)
+        else:
+            rounds.append([ex])
+    messages: list[dict[str, Any]] = []
+    for batch in rounds:
+        messages.append({"role": "assistant", "parts": [
+            {"type": "tool_call", "id": ex.tool_call_id or "", "name": ex.tool_name, "arguments": ex.args}
+            for ex in batch]})
+        messages += [{"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": ex.tool_call_id or "",
+             "response": ex.error if ex.error is not None and ex.result is None else ex.result,
+             **({"is_error": True} if ex.error is not None else {})}]} for ex in batch]
+    return messages
+
+
+def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[LLMCall]) -> list[LLMCall] | None:
+    """Each run's ask, tool rounds and answer, where the model calls speak a text protocol of their own.
+
+    Some frameworks never give the model a tool: it answers in a text format (DSPy's `[[ ## next_tool_name ## ]]`
+    fields) that the framework parses and acts on. Then no model call holds a structured tool call although
+    tool spans ran, and the model calls' messages are templates, not the conversation. On that evidence only
+    (tools ran, no model call made a structured call, and every tool span ran inside a run that logs its ask
+    and its answer and ran the model), the transcript is the outermost runs': ask, the tool spans under it,
+    answer. Said as a warning; what the model saw stays in the session's model calls."""
+    models = [c for c in calls if not c.is_transcript]
+    if not session.witnessed_calls or not models or any(
+            p.get("type") == "tool_call" for c in models for m in c.input_messages + c.output_messages
+            for p in m["parts"]):
+        return None
+    parent = {sp.span_id: sp.parent_span_id for sp in spans}
+    runs = {c.span_id: c for c in calls if c.is_transcript and c.input_messages and c.output_messages}
+    outer = [c for c in runs.values() if not _ancestors(c.span_id, parent) & runs.keys()]
+    under = {ex.span_id: _ancestors(ex.span_id, parent) for ex in session.witnessed_calls}
+    model_lineage = [_ancestors(m.span_id, parent) for m in models]
+    if not outer or not all(any(r.span_id in up for r in outer) for up in under.values()) or not all(
+            any(r.span_id in up for up in model_lineage) for r in outer):
+        return None
+    views = []
+    for run in sorted(outer, key=lambda c: c.start_ns):
+        inside = [ex for ex in session.witnessed_calls if run.span_id in under[ex.span_id]]
+        views.append(LLMCall(span_id=run.span_id, trace_id=run.trace_id, dialect=run.dialect, start_ns=run.start_ns,
+                             end_ns=run.end_ns, input_messages=run.input_messages + _rounds(inside),
+                             output_messages=run.output_messages))
+    session.warnings.append(
+        f"no model call made a structured tool call, yet {len(session.witnessed_calls)} tool span(s) ran: the "
+        f"model speaks a text protocol of its framework; the transcript is each run's ask, the tool spans under "
+        f"it and its answer, not the templated prompts the model saw")
+    return views
+
+
+def _fill_from_calls(session: Session, calls: list[LLMCall], loops: dict[str, list[dict[str, Any]]] | None = None,
+                     runs: list[LLMCall] | None = None) -> None:
     inference = [c for c in calls if not c.is_transcript]
     session.llm_calls = inference
     transcript: list[dict[str, Any]] = []
     sigs: list[tuple] = []
     # Model calls first, in time order; spans that log a whole run (agent spans) last: they repeat
-    # what the model calls said and only add what no model call carried.
+    # what the model calls said and only add what no model call carried. (`runs`: the runs' own views
+    # instead, where the model calls speak a text protocol.)
     spoke = any(c.input_messages or c.output_messages for c in inference)
-    for call in sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
+    for call in runs if runs is not None else sorted(calls, key=lambda c: (c.is_transcript, c.start_ns)):
         history: list[dict[str, Any]] = []
         hsigs: list[tuple] = []
         inside = (loops or {}).get(call.span_id, [])

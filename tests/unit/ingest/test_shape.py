@@ -255,3 +255,56 @@ def test_a_tool_span_that_logs_the_parameter_schema_as_arguments_takes_the_model
                                    "gen_ai.tool.call.result": '{"t": 3}'}, sid="02" * 8, start=5)
     [ex] = build_session([model, tool]).witnessed_calls
     assert ex.args == {"city": "Oslo"} and ex.result == {"t": 3}
+
+
+def _dspy_like_turn(question: str, history: str, answer: str, sid: int, start: int) -> list[SpanRecord]:
+    """A run whose model speaks a text protocol (DSPy ReAct): templated prompts, no structured tool call; the
+    tool spans ran under the run, a no-argument `finish` marks its end."""
+    sids = [f"{sid:02x}{i:02x}" * 4 for i in range(4)]
+    run = span("ReAct.forward", {"openinference.span.kind": "CHAIN", "input.value": json.dumps(
+        {"input_args": {"question": question, "history": history}}), "output.value": json.dumps(
+        {"trajectory": {"thought_0": "look it up"}, "reasoning": "it is known", "answer": answer})},
+        sid=sids[0], start=start)
+    run.end_ns = start + 100
+    lm = span("LM.__call__", {"openinference.span.kind": "LLM", "llm.input_messages.0.message.role": "user",
+                              "llm.input_messages.0.message.content": f"[[ ## question ## ]]\n{question}",
+                              "llm.output_messages.0.message.role": "assistant",
+                              "llm.output_messages.0.message.content": "[[ ## next_tool_name ## ]]\nw"},
+              sid=sids[1], parent=sids[0], start=start + 1)
+    tool = span("w.__call__", {"openinference.span.kind": "TOOL", "input.value": json.dumps({"kwargs": {"c": 1}}),
+                               "output.value": json.dumps({"t": 3})}, sid=sids[2], parent=sids[0], start=start + 20)
+    finish = span("finish.__call__", {"openinference.span.kind": "TOOL", "input.value": json.dumps({"kwargs": {}}),
+                                      "output.value": "Completed."}, sid=sids[3], parent=sids[0], start=start + 40)
+    return [run, lm, tool, finish]
+
+
+def test_a_text_protocol_run_is_its_ask_its_tool_spans_and_its_answer():
+    session = build_session(_dspy_like_turn("Oslo?", "messages=[]", "3 degrees.", 1, 1))
+    assert _texts(session) == [("user", (("text", "Oslo?"),)), ("assistant", (("tool_call", "w"),)),
+                               ("tool", (("tool_call_response", {"t": 3}),)), ("assistant", (("text", "3 degrees."),))]
+    assert [ex.tool_name for ex in session.witnessed_calls] == ["w"]
+    assert any("text protocol" in w for w in session.warnings) and any("'finish'" in w for w in session.warnings)
+
+
+def test_a_runs_history_beside_its_ask_is_the_conversation_so_far():
+    assert shape.run_history({"input_args": {"question": "q2", "history": "messages=[{'question': 'q1', "
+                                                                         "'answer': 'a1'}]"}}) == [
+        {"role": "user", "parts": [{"type": "text", "content": "q1"}]},
+        {"role": "assistant", "parts": [{"type": "text", "content": "a1"}]}]
+    assert shape.run_history({"question": "q", "history": [{"role": "user", "content": "hi"}]})[0]["role"] == "user"
+    assert shape.run_history({"question": "q", "history": "messages=[]"}) == []
+    assert shape.run_history({"question": "q", "history": [{"x": 1, "y": 2}]}) == []  # not ask/answer records
+    assert shape.plain_text({"trajectory": {"t": "x"}, "reasoning": "r", "answer": "the answer"}) == "the answer"
+
+
+def test_a_text_protocol_conversation_continued_in_another_trace_is_one_session():
+    from wt_otel.ingest.joins import merge_continuations
+
+    first = build_session(_dspy_like_turn("Lisbon?", "messages=[]", "Sunny.", 1, 1))
+    second_spans = _dspy_like_turn("And in F?", "messages=[{'question': 'Lisbon?', 'answer': 'Sunny.'}]",
+                                   "70 F.", 2, 1000)
+    for s in second_spans:
+        s.trace_id = "0b" * 16
+    second = build_session(second_spans)
+    [joined] = merge_continuations([first, second])
+    assert [m["parts"][0]["content"] for m in joined.messages if m["role"] == "user"] == ["Lisbon?", "And in F?"]

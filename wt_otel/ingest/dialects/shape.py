@@ -28,7 +28,14 @@ from typing import Any
 
 from wt_otel.ingest.dialects.common import base_call, tool_definition
 from wt_otel.ingest.dialects.tools import tool_execution
-from wt_otel.ingest.messages import ROLE_ALIASES, decode_value, looks_serialized, read_messages, split_system
+from wt_otel.ingest.messages import (
+    ROLE_ALIASES,
+    decode_value,
+    looks_serialized,
+    parse_literal,
+    read_messages,
+    split_system,
+)
 from wt_otel.model.parts import signature
 from wt_otel.model.session import Observation
 from wt_otel.model.spans import SpanRecord
@@ -327,14 +334,67 @@ def plain_text(value: Any) -> str | None:
                 leaves.append(node)
         elif isinstance(node, dict):
             for k, v in node.items():
-                if k not in ("type", "role", "name", "id", "__class__") and not isinstance(v, bool):
+                if k not in _NOT_TEXT_KEYS and not isinstance(v, bool):
                     walk(v, depth + 1)
         elif isinstance(node, list):
             for v in node:
                 walk(v, depth + 1)
 
     walk(data, 0)
-    return leaves[0] if len(leaves) == 1 else None
+    if len(leaves) == 1:
+        return leaves[0]
+    # a run's output record with several fields (`{trajectory, reasoning, answer}`): the one named the answer
+    while isinstance(data, dict):
+        named = next((data[k] for k in _ANSWER_KEYS if isinstance(data.get(k), str) and data[k].strip()), None)
+        if named is not None:
+            return None if looks_serialized(named) or len(named) > _MAX_TEXT else named
+        data = next(iter(data.values())) if len(data) == 1 else None
+    return None
+
+
+_HISTORY_KEYS = ("history", "chat_history", "conversation_history", "past_messages", "previous_messages")
+_MODEL_STR = re.compile(r"^\w+=")
+
+
+def run_history(value: Any) -> list[dict[str, Any]]:
+    """The conversation so far that a run's input carries beside its ask (`{question, history}`): a message
+    list, or records of one ask and one answer each (DSPy's `History`, whose `str()` is `messages=[...]`)."""
+    data = decode_value(value)
+    for _ in range(3):  # through one-key wrappers: `{"input_args": {...}}`
+        if not isinstance(data, dict):
+            return []
+        history = next((data[k] for k in _HISTORY_KEYS if data.get(k)), None)
+        if history is not None:
+            break
+        data = next(iter(data.values())) if len(data) == 1 else None
+    else:
+        return []
+    if isinstance(history, str) and _MODEL_STR.match(history):  # a pydantic model's str(): `field=<repr>`
+        parsed, ok = parse_literal(f"_({history})")
+        history = parsed if ok else history
+    history = decode_value(history)
+    if isinstance(history, dict):
+        history = next((v for k, v in history.items() if isinstance(v, list)), None)
+    raw = message_list(history)
+    if raw is not None:
+        return read_messages(raw)
+    out: list[dict[str, Any]] = []
+    for record in history if isinstance(history, list) else []:
+        if not isinstance(record, dict):
+            return []
+        answer = next((record[k] for k in _ANSWER_KEYS if isinstance(record.get(k), str)), None)
+        ask = plain_text({k: v for k, v in record.items() if k not in _ANSWER_KEYS})
+        if answer is None or ask is None:
+            return []
+        out += [{"role": "user", "parts": [{"type": "text", "content": ask}]},
+                {"role": "assistant", "parts": [{"type": "text", "content": answer}]}]
+    return out
+
+
+# Keys that never hold the words of a turn: labels, and what came before it (a run's input beside its history)
+_NOT_TEXT_KEYS = frozenset({"type", "role", "name", "id", "__class__", "history", "chat_history", "trajectory",
+                            "memory", "past_messages", "previous_messages"})
+_ANSWER_KEYS = ("answer", "final_answer", "final_output", "output", "response", "result")
 
 
 # ---------------------------------------------------------------- reading
@@ -404,8 +464,10 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
     if call.output_messages and msgs and role != LLM and _same_tail(msgs, call.output_messages):
         call.output_messages = []  # a run's whole history, then its final answer again
     if inputs is None and "in" in texts and role == AGENT:
-        # what the agent was asked: the user's own words, before any framework wrapped them in a prompt
-        call.input_messages = [{"role": "user", "parts": [{"type": "text", "content": texts["in"]}]}]
+        # what the agent was asked: the user's own words, before any framework wrapped them in a prompt,
+        # after the conversation so far where the run's input carries it beside the ask
+        before = next((h for _, d, v in found if d == "in" and (h := run_history(v))), [])
+        call.input_messages = [*before, {"role": "user", "parts": [{"type": "text", "content": texts["in"]}]}]
         call.agent_input = texts["in"]
     if not call.input_messages and not call.output_messages:
         return []

@@ -48,7 +48,8 @@ def tool_execution(span: SpanRecord, name: str, raw_args, raw_result, call_id, d
     args, ok = tool_arguments(raw_args)
     error_type, error_message = span_error(span)
     return ToolExecution(
-        tool_name=name, args=args, result=tool_result(raw_result),
+        tool_name=name.removesuffix(".__call__"),  # a span named after a callable object: `lookup.__call__`
+        args=args, result=tool_result(raw_result),
         tool_call_id=str(call_id) if call_id else None, span_id=span.span_id, trace_id=span.trace_id,
         start_ns=span.start_ns, end_ns=span.end_ns,
         error=(error_message or error_type) if error_type else None, args_decoded=ok, dialect=dialect,
