@@ -518,6 +518,8 @@ class SessionAssembler:
             return None, built
         sigs = compared(session.messages)[0]
         decision = self._tails.decide(session, sigs)
+        if decision.predecessor is None and decision.refused is None and decision.warning:
+            group.notes.append(decision.warning)  # links that fan in: joined to nothing, said
         if decision.refused is not None and decision.warning:
             group.notes.append(decision.warning)
             other = self._reopen(decision.refused.key, now)
@@ -539,7 +541,7 @@ class SessionAssembler:
         if tail is not None:
             tail.key = target.key  # the joined transcript compares as the continuation's
             self._tails.add(tail)
-        self.metrics.inc("wt_otel_sessions_joined_total", evidence="continuation")
+        self.metrics.inc("wt_otel_sessions_joined_total", evidence=decision.evidence)
         return target, None
 
     @staticmethod

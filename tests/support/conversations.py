@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from wt_otel.model.spans import SpanRecord
+from wt_otel.model.spans import Link, SpanRecord
 
 FIRST_Q = "hi, what can you do?"
 FIRST_A = "I can look up orders and answer questions about shipping."
@@ -68,6 +68,20 @@ def lookalikes(conversations: int, continued: list[int], with_ids: bool, t0: int
         out.second.append(turn(n, c, history, f"order {c} ships tomorrow", later + i * 1000,
                                f"conv-{c}" if with_ids else None))
         n += 1
+    return out
+
+
+def linked(conversations: int, t0: int = 1_000_000_000) -> Scenario:
+    """Like `lookalikes` with every conversation continued, but the second turn resends no history: its
+    agent span links to the first turn's trace, the only evidence that they are one conversation."""
+    out = lookalikes(conversations, continued=[], with_ids=False, t0=t0)
+    later = t0 + conversations * 1000 + 10_000
+    for c, first in enumerate(out.first):
+        q = f"where is order {c}?"
+        out.second_q[c] = q
+        second = turn(conversations + c, c, [_msg("user", q)], f"order {c} ships tomorrow", later + c * 1000, None)
+        second.records[0].links = [Link(first.trace_id, first.records[0].span_id)]
+        out.second.append(second)
     return out
 
 

@@ -62,6 +62,9 @@ def pb_span(r: SpanRecord) -> Span:
                 kind={"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}.get(r.kind, 0))
     for e in r.events:
         span.events.add(name=e.name, time_unix_nano=e.time_ns, attributes=kvs(e.attributes))
+    for link in r.links:
+        span.links.add(trace_id=bytes.fromhex(link.trace_id), span_id=bytes.fromhex(link.span_id),
+                       attributes=kvs(link.attributes))
     span.status.code = {"UNSET": 0, "OK": 1, "ERROR": 2}.get(r.status_code, 0)
     span.status.message = r.status_message
     return span

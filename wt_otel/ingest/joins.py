@@ -1,9 +1,12 @@
 """The one rule that joins traces into sessions on evidence, for `import` and `serve` alike.
 
 Traces are one session when they share a trace id (parentage), or a conversation, session or thread id
-(`keys.CONVERSATION_KEYS`; grouped before a session is built). Beyond that, a trace without any id joins
-an earlier session only as a *content continuation*, and only on these terms (issue 29: a conversation
-that opened like another one must never be absorbed into it):
+(`keys.CONVERSATION_KEYS`; grouped before a session is built). A trace without any id whose spans link to
+exactly one other trace (span links: the producer's own word) continues the earlier session that holds that
+trace, whatever its transcript (the history they share, where it repeats, is taken once); links to several
+other traces (a batch that fans in) join nothing, said in a warning. Beyond that, a trace without any id
+joins an earlier session only as a *content continuation*, and only on these terms (issue 29: a
+conversation that opened like another one must never be absorbed into it):
 
 - its transcript extends the earlier session's whole transcript exactly (user and assistant texts and
   tool calls, in order) and adds at least one message; where one side carries no tool call at all (apps
@@ -115,6 +118,7 @@ class Tail:
     identity: tuple[str | None, str | None, str | None]  # service.name, service.instance.id, user id
     marked: bool  # carries its own flag or feedback
     trace_id: str = ""
+    trace_ids: tuple[str, ...] = ()  # every trace it holds: a later trace links to one of them
 
 
 def tail_of(session: Session, sigs: list[tuple] | None = None) -> Tail | None:
@@ -130,7 +134,7 @@ def tail_of(session: Session, sigs: list[tuple] | None = None) -> Tail | None:
                 any(s[2] for s in sigs),
                 session.started_ns, session.ended_ns,
                 _identity(session), session.flagged or session.feedback,
-                session.trace_ids[0] if session.trace_ids else session.key)
+                session.trace_ids[0] if session.trace_ids else session.key, tuple(session.trace_ids))
 
 
 def _identity(session: Session) -> tuple[str | None, str | None, str | None]:
@@ -143,6 +147,7 @@ class Decision:
     cut: int = 0  # how many of the continuation's compared messages the predecessor already holds
     refused: Tail | None = None  # a flagged candidate on a tie: not taken, both warned
     warning: str | None = None  # why it was refused, or that the predecessor was the latest of equals
+    evidence: str = "continuation"  # or "link": the continuation's spans link to the predecessor's trace
 
 
 def _texts(sigs: list[tuple]) -> tuple[list[tuple], list[int]]:
@@ -163,6 +168,7 @@ class ContinuationIndex:
         self._by_digest: dict[str, dict[str, Tail]] = {}
         self._by_text: dict[str, dict[str, Tail]] = {}
         self._by_key: dict[str, Tail] = {}
+        self._by_trace: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -176,10 +182,15 @@ class ContinuationIndex:
         self._by_digest.setdefault(tail.digest, {})[tail.key] = tail
         if tail.text_digest:
             self._by_text.setdefault(tail.text_digest, {})[tail.key] = tail
+        for trace_id in tail.trace_ids:
+            self._by_trace[trace_id] = tail.key
 
     def remove(self, key: str) -> Tail | None:
         tail = self._by_key.pop(key, None)
         if tail is not None:
+            for trace_id in tail.trace_ids:
+                if self._by_trace.get(trace_id) == key:
+                    del self._by_trace[trace_id]
             for table, digest in ((self._by_digest, tail.digest), (self._by_text, tail.text_digest)):
                 same = table.get(digest)
                 if same is not None:
@@ -190,7 +201,11 @@ class ContinuationIndex:
 
     def decide(self, session: Session, sigs: list[tuple]) -> Decision:
         """The predecessor `session` continues under the rule (the module docstring), if any."""
-        if session.conversation_id or len(sigs) < 2 or not self._by_digest:
+        if session.conversation_id or not self._by_key:
+            return Decision()
+        if session.linked_traces:
+            return self._linked(session, sigs)
+        if len(sigs) < 2:
             return Decision()
         digests = _digests(sigs)
         for k in range(len(sigs) - 1, 0, -1):  # the longest matching transcript first
@@ -214,6 +229,20 @@ class ContinuationIndex:
                 if found is not None:
                     return found
         return Decision()
+
+    def _linked(self, session: Session, sigs: list[tuple]) -> Decision:
+        """The session that holds the one trace `session`'s spans link to; its shared history is cut."""
+        if len(session.linked_traces) > 1:
+            return Decision(warning=f"trace {session.trace_ids[0] if session.trace_ids else session.key} links to "
+                                    f"{len(session.linked_traces)} other traces: not joined to any (a fan-in "
+                                    "link is no evidence of one conversation)")
+        key = self._by_trace.get(session.linked_traces[0])
+        tail = self._by_key.get(key) if key is not None else None
+        if tail is None or tail.key == session.key:
+            return Decision()
+        digests = _digests(sigs)
+        cut = tail.length if len(sigs) > tail.length and digests[tail.length - 1] == tail.digest else 0
+        return Decision(predecessor=tail, cut=cut, evidence="link")
 
     @staticmethod
     def _pick(session: Session, same: list[Tail], cut: int) -> Decision | None:
@@ -253,6 +282,8 @@ def merge_continuations(sessions: list[Session]) -> list[Session]:
             other = out[decision.refused.key]
             if decision.warning not in other.warnings:
                 other.warnings.append(decision.warning)
+        if decision.predecessor is None and decision.refused is None and decision.warning:
+            s.warnings.append(decision.warning)  # links that fan in: joined to nothing, said
         parent = out.get(decision.predecessor.key) if decision.predecessor else None
         if parent is None:
             out[s.key] = s
@@ -262,8 +293,8 @@ def merge_continuations(sessions: list[Session]) -> list[Session]:
                 index.add(tail)
             continue
         index.remove(parent.key)
-        merged = _absorb(parent, s, where[decision.cut - 1] + 1)
-        merged.joined_by.append("continuation:" + (s.trace_ids[0] if s.trace_ids else s.key))
+        merged = _absorb(parent, s, where[decision.cut - 1] + 1 if decision.cut else 0)
+        merged.joined_by.append(f"{decision.evidence}:" + (s.trace_ids[0] if s.trace_ids else s.key))
         if decision.warning:
             merged.warnings.append(decision.warning)
         tail = tail_of(merged, sigs)  # the joined transcript compares as the continuation's

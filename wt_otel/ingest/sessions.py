@@ -180,6 +180,8 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
     trace_ids = list(dict.fromkeys(s.trace_id for s in spans))
     session.trace_ids = trace_ids
+    session.linked_traces = sorted({link.trace_id for s in spans for link in s.links
+                                    if link.trace_id and link.trace_id not in trace_ids})
     session.key = key or trace_ids[0]
     session.started_ns = min(s.start_ns for s in spans)
     session.ended_ns = max(s.end_ns for s in spans)
@@ -199,7 +201,9 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         session.user_id, session.feedback = span_facts(spans, FEEDBACK_KEYS)
         # traces without an id in one group: serve joined them as content continuations (import joins built
         # sessions instead, `merge_continuations`); said from the records, so a render on demand says it too
-        session.joined_by += ["continuation:" + t for t in trace_ids[1:]]
+        linking = {s.trace_id for s in spans for link in s.links if link.trace_id in trace_ids
+                   and link.trace_id != s.trace_id}
+        session.joined_by += [("link:" if t in linking else "continuation:") + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
     _gemini_function_responses(calls)
     loops = _tool_loops_in_calls(session, spans, calls)

@@ -97,8 +97,11 @@ class Session:
     # kept as canonical custom spans {type, name, span_id, data, triggered? from_agent? to_agent?} (trace2test)
     custom_spans: list[dict[str, Any]] = field(default_factory=list)
     # how the session was assembled, on evidence (wt_otel.ingest.joins): "trace", "conversation_id:<key>",
-    # "continuation:<trace id>" (a trace without an id whose history extends this session's exactly)
+    # "continuation:<trace id>" (a trace without an id whose history extends this session's exactly),
+    # "link:<trace id>" (a trace whose spans link to one of this session's)
     joined_by: list[str] = field(default_factory=list)
+    # the other traces this session's spans link to (span links: a producer's own word that they belong together)
+    linked_traces: list[str] = field(default_factory=list)
     # who and where, for content joins (never joined across them): resource `service.instance.id`, the
     # end user's id; `feedback`: a span carries a feedback key (a join on a tie never takes such a session)
     service_instance_id: str | None = None

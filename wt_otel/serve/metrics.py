@@ -27,7 +27,8 @@ HELP = {
                                     "no_target: no replay target for the service).",
     "wt_otel_sessions_reopened_total": "Written sessions re-opened by late records (a new revision follows).",
     "wt_otel_sessions_joined_total": "Sessions without a conversation id written as the next revision of the "
-                                     "session whose history they extend exactly, by evidence (continuation).",
+                                     "session whose history they extend exactly or whose trace they link to, by "
+                                     "evidence (continuation, link).",
     "wt_otel_pipeline_errors_total": "Sessions that could not be built or written (a bug; see the log).",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
     "wt_otel_http_connections_refused_total": "OTLP/HTTP connections refused at once (503): over the connection "

@@ -135,3 +135,32 @@ def test_a_history_that_differs_from_the_earlier_transcript_does_not_join() -> N
     early = turn(2, 1, [*history[:1], {"role": "assistant", "parts": [{"type": "text", "content": FIRST_A}]},
                         history[2]], "then nothing", 500, None)  # started before the candidate ended
     assert len(merge_continuations([built(a), built(early)])) == 2
+
+
+def test_a_span_link_joins_turns_that_share_no_history(tmp_path: Path) -> None:
+    """Every conversation opens alike and the second turn resends nothing: only its span link to the first
+    turn's trace says whose it is. Each second turn lands in its own conversation, joined by the link."""
+    from tests.support.conversations import linked
+
+    scenario = linked(200)
+    envelopes = imported(tmp_path, scenario)
+    assert len(envelopes) == 200
+    check_every_trace_once(envelopes, scenario)
+    for env in envelopes:
+        first, second = env["provenance"]["trace_ids"]
+        c = int(second, 16) - 201
+        assert texts(env) == [FIRST_Q, FIRST_A, scenario.second_q[c], f"order {c} ships tomorrow"]
+        assert env["provenance"]["joined_by"] == ["trace", f"link:{second}"]
+
+
+def test_a_span_that_links_to_several_traces_joins_none(tmp_path: Path) -> None:
+    from tests.support.conversations import linked
+    from wt_otel.model.spans import Link
+
+    scenario = linked(2)
+    fan_in = scenario.second[0].records[0]
+    fan_in.links = [Link(t.trace_id, t.records[0].span_id) for t in scenario.first]
+    envelopes = imported(tmp_path, scenario)
+    assert len(envelopes) == 3  # the fan-in turn alone; the other second turn joined its own first
+    alone = next(e for e in envelopes if e["provenance"]["trace_ids"] == [scenario.second[0].trace_id])
+    assert any("links to 2 other traces" in w for w in alone["warnings"])

@@ -103,3 +103,19 @@ def test_without_ids_n_one_turn_and_n_two_turn_conversations_are_2n_sessions_liv
             c = int(q.removeprefix("where is order ").removesuffix("?"))
             assert texts(env) == [FIRST_Q, FIRST_A, q, f"order {c} ships tomorrow"]
             assert env["provenance"]["joined_by"][-1].startswith("continuation:")
+
+
+def test_a_span_link_joins_turns_that_share_no_history_live(fast_dir: Path) -> None:
+    """The second turns resend nothing; each links to its first turn's trace: N sessions of two traces."""
+    from tests.support.conversations import linked
+
+    scenario = linked(N)
+    latest = served(fast_dir, scenario, "all")
+    assert len(latest) == N
+    check_every_trace_once(latest, scenario)
+    for e in latest.values():
+        env = envelope(fast_dir, e)
+        first, second = e["trace_ids"]
+        c = int(second, 16) - N - 1
+        assert texts(env) == [FIRST_Q, FIRST_A, f"where is order {c}?", f"order {c} ships tomorrow"]
+        assert env["provenance"]["joined_by"][-1] == f"link:{second}"
