@@ -622,7 +622,8 @@ def _correlate(session: Session) -> None:
             continue
         queue = queues.get(ex.tool_name)
         if queue:
-            part = queue.pop(0)
+            # the call with the same arguments (concurrent calls of one tool end in any order), else the next
+            part = queue.pop(next((i for i, p in enumerate(queue) if p.get("arguments") == ex.args), 0))
             ex.correlation = "name_order"
             if not ex.tool_call_id or ex.tool_call_id not in by_id:
                 ex.tool_call_id = part["id"]

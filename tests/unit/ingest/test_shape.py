@@ -308,3 +308,19 @@ def test_a_text_protocol_conversation_continued_in_another_trace_is_one_session(
     second = build_session(second_spans)
     [joined] = merge_continuations([first, second])
     assert [m["parts"][0]["content"] for m in joined.messages if m["role"] == "user"] == ["Lisbon?", "And in F?"]
+
+
+def test_concurrent_calls_of_one_tool_pair_with_their_spans_by_arguments_not_order():
+    """Two calls of one tool in one response, run concurrently: the tool spans (no call id) end in either
+    order; each pairs with the call that has its arguments."""
+    calls = [{"id": f"c{i}", "function": {"name": "w", "arguments": json.dumps({"city": c})}}
+             for i, c in enumerate(("Oslo", "Nairobi"))]
+    model = span("chat m", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(
+        [{"role": "user", "content": "Oslo or Nairobi?"}]), "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "tool_calls": calls}])})
+    tools = [span("execute_tool w", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "w",
+                                     "gen_ai.tool.call.arguments": json.dumps({"city": c}),
+                                     "gen_ai.tool.call.result": json.dumps({"t": t})}, sid=sid, start=start)
+             for c, t, sid, start in (("Nairobi", 24, "02" * 8, 5), ("Oslo", 3, "03" * 8, 6))]
+    session = build_session([model, *tools])
+    assert {ex.tool_call_id: ex.args["city"] for ex in session.witnessed_calls} == {"c0": "Oslo", "c1": "Nairobi"}
