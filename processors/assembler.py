@@ -55,6 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from wt_otel._util.sizeof import record_bytes
+from wt_otel._util.terminal import shown
 from wt_otel._util.throttle import LogThrottle
 from wt_otel.components import IndexedSession, StageContext, StageType
 from wt_otel.ingest.diagnostics import fresh_diagnostics
@@ -300,6 +301,11 @@ class SessionAssembler:
             per_session = self._seconds_per_kept_session
         return max(0.0, len(self._root_ended) * per_session - self.grace)
 
+    def write_cost(self, sessions: int) -> float:
+        """Predicted seconds of writing `sessions` more sessions at the measured speed; 0 until it is measured
+        (admission control then goes by the backlog alone). Admission predicts the backlog with it (issue 31)."""
+        return sessions * self._seconds_per_session if self._speed_measured else 0.0
+
     def _measured(self, seconds_per_session: float) -> None:
         if not self._speed_measured:
             self._seconds_per_session, self._speed_measured = seconds_per_session, True
@@ -499,7 +505,7 @@ class SessionAssembler:
                 if self._emitted is not None:
                     self._emitted.add(group.key)
         except Exception:  # one bad session must not sink the others; its records stay retained
-            log.exception("session %s: not written", group.key)
+            log.exception("session %s: not written", shown(group.key))
             self.metrics.inc("wt_otel_pipeline_errors_total")
         self._retain(group, now, tombstone=reason == "max_records_per_session")
 
@@ -581,7 +587,7 @@ class SessionAssembler:
             if held:
                 _say_held_back(d["kind"], held)
             if show:
-                log.warning("session %s: %s", session.key, d["message"])
+                log.warning("session %s: %s", shown(session.key), shown(d["message"]))
 
     def _retain(self, group: _Group, now: float, tombstone: bool) -> None:
         if tombstone or self.late_window <= 0:

@@ -21,13 +21,26 @@ rules, in order:
    client that is alone in the window (one collector forwarding everything is
    a single client and must not be capped below serve's capacity).
 
+5. the writer's backlog, predicted (issue 31): a request's cost is its traces x
+   the writer's measured seconds per session (`write_cost`). One that would
+   take the backlog (what the writer has, what is queued, plus this) past
+   `max_backlog_seconds` is FULL -- unless its client holds less than its fair
+   share of the backlog (`max_backlog_seconds` / clients holding some), up to
+   twice the limit: so one client's burst does not get every other client 429
+   for seconds. Each client is charged what it was admitted; the charges
+   drain with the backlog (scaled down to it). A request costing more than
+   `max_backlog_seconds` alone is TOO_LARGE (split it) when other clients
+   sent within `session_window`, as it would hold them all behind it; a lone
+   client's goes in once the backlog is under half the limit.
+
 `gate()` runs the cheap part of these rules *before* a request is decoded,
 on its size on the wire: decoding is most of a receiver's cost and holds the
 GIL, so a request that will be refused must be refused before it is decoded,
 or at overload the receivers starve the one thread that writes sessions and
 goodput collapses. It refuses (FULL, with retry info) when the writer is more
 than `max_backlog_seconds` behind (the oldest queued batch has waited that
-long, or writing the sessions waiting would take that long), or when the request's estimated decoded size
+long, or writing the sessions waiting would take that long) and the client
+holds its fair share of that (rule 5), or when the request's estimated decoded size
 (`DECODED_PER_WIRE_BYTE` x its bytes) would not fit the memory budget; the
 exact checks run again after decoding.
 
@@ -65,6 +78,7 @@ class Decision:
     verdict: Verdict
     reason: str = ""
     nbytes: int = 0
+    cost: float = 0.0  # predicted seconds of writing (rule 5)
 
 
 @dataclass
@@ -100,6 +114,7 @@ class AdmissionControl:
         self._degraded: dict[str, str] = {}
         self._clients: OrderedDict[str, deque[tuple[float, int]]] = OrderedDict()
         self._client_counts: dict[str, int] = {}
+        self._debts: dict[str, float] = {}  # client -> predicted seconds of the backlog it was admitted (rule 5)
 
     # ------------------------------------------------------------------ health
 
@@ -118,20 +133,21 @@ class AdmissionControl:
 
     # ------------------------------------------------------------------ admission
 
-    def gate(self, estimated_bytes: int, queued_bytes: int, backlog_seconds: float) -> Decision:
+    def gate(self, estimated_bytes: int, queued_bytes: int, backlog_seconds: float,
+             client: str | None = None) -> Decision:
         """Before decoding: whether a request of ~`estimated_bytes` decoded may be decoded at all.
 
-        Cheap (no walk over records): the store's health, the writer's backlog, the memory budget.
-        The estimate is capped at one batch's share, so a request the exact check would admit on
-        an empty queue is never refused here for an over-estimate."""
+        Cheap (no walk over records): the store's health, the writer's backlog (with `client`'s share of it,
+        rule 5), the memory budget. The estimate is capped at one batch's share, so a request the exact check
+        would admit on an empty queue is never refused here for an over-estimate."""
         cfg = self.config
         with self._lock:
             if self._degraded:
                 name, reason = next(iter(self._degraded.items()))
                 return Decision(Verdict.UNAVAILABLE, f"{name}: {reason}")
-        if backlog_seconds > cfg.max_backlog_seconds:
-            return Decision(Verdict.FULL, f"wt-otel's writer is behind ({backlog_seconds:.1f}s of work waiting, "
-                                          f"more than max_backlog_seconds {cfg.max_backlog_seconds:g}s)")
+            behind = backlog_seconds > cfg.max_backlog_seconds and not self._fair_locked(client, backlog_seconds, 0)
+        if behind:
+            return Decision(Verdict.FULL, self._behind(backlog_seconds, client))
         held = self.held()
         if queued_bytes + held + min(estimated_bytes, cfg.max_batch_bytes) > cfg.max_bytes:
             return Decision(Verdict.FULL, f"the memory budget is spent ({queued_bytes + held} of {cfg.max_bytes} "
@@ -139,8 +155,13 @@ class AdmissionControl:
         return Decision(Verdict.ADMIT)
 
     def check(self, records: Sequence[object], queued_bytes: int, queued_records: int,
-              client: str | None = None) -> Decision:
-        """Whether `records` may be queued now; does not reserve (the caller does, under its lock)."""
+              client: str | None = None, backlog_seconds: float = 0.0,
+              write_cost: Callable[[int], float] | None = None) -> Decision:
+        """Whether `records` may be queued now; does not reserve (the caller does, under its lock).
+
+        `backlog_seconds`: the writer's work now (what it has and what is queued); `write_cost(traces)`: the
+        predicted seconds of writing that many more sessions (rule 5; None or 0: not predicted). An admitted
+        request is charged to `client`."""
         cfg = self.config
         with self._lock:
             if self._degraded:
@@ -159,6 +180,20 @@ class AdmissionControl:
             return Decision(Verdict.TOO_LARGE, f"a batch of {traces} traces is more than one client may open "
                                                f"({cfg.max_sessions_per_client} per {cfg.session_window:g}s); "
                                                "split it", nbytes)
+        cost = write_cost(traces) if write_cost is not None and traces else 0.0
+        if cost and backlog_seconds + cost > cfg.max_backlog_seconds:
+            with self._lock:
+                if cost > cfg.max_backlog_seconds:  # never fits: it would hold everyone else behind it
+                    others = client is None or self._others_active(client, self.clock())
+                    fair = not others and backlog_seconds <= cfg.max_backlog_seconds / 2
+                else:
+                    others, fair = False, self._fair_locked(client, backlog_seconds, cost)
+            if others:
+                return Decision(Verdict.TOO_LARGE, f"a batch of {traces} traces would take the writer ~{cost:.1f}s, "
+                                                   f"more than max_backlog_seconds ({cfg.max_backlog_seconds:g}s), "
+                                                   "and hold every other client behind it; split it", nbytes)
+            if not fair:
+                return Decision(Verdict.FULL, self._behind(backlog_seconds + cost, client), nbytes)
         if queued_records and queued_records + n > cfg.max_records:
             return Decision(Verdict.FULL, f"the pipeline queue is full ({queued_records} records)", nbytes)
         held = self.held()
@@ -171,7 +206,38 @@ class AdmissionControl:
             return Decision(Verdict.FULL, f"wt-otel is busy and this client started more than "
                                           f"{cfg.max_sessions_per_client} traces in {cfg.session_window:g}s",
                             nbytes)
-        return Decision(Verdict.ADMIT, "", nbytes)
+        if cost and client is not None:
+            with self._lock:
+                self._drain_locked(backlog_seconds)
+                self._debts[client] = self._debts.get(client, 0.0) + cost
+        return Decision(Verdict.ADMIT, "", nbytes, cost)
+
+    # ------------------------------------------------------------------ the backlog, per client (rule 5)
+
+    def _fair_locked(self, client: str | None, backlog: float, cost: float) -> bool:
+        """Past max_backlog_seconds: whether `client` may still add `cost` seconds because it holds less than its
+        fair share of the backlog (up to twice the limit). Drains the charges to the backlog first."""
+        cfg = self.config
+        self._drain_locked(backlog)
+        if client is None or not self._debts or backlog + cost > 2 * cfg.max_backlog_seconds:
+            return False  # (no charges: the backlog's cost is not predicted, so nobody's share is known)
+        holders = len(self._debts) + (client not in self._debts)
+        return self._debts.get(client, 0.0) + cost <= cfg.max_backlog_seconds / holders
+
+    def _drain_locked(self, backlog: float) -> None:
+        """The charges are never more than the backlog: what the writer did meanwhile shrinks each alike (and
+        an empty backlog clears them, so the map holds only clients with work waiting)."""
+        total = sum(self._debts.values())
+        if total > backlog:
+            scale = backlog / total if total else 0.0
+            self._debts = {c: d * scale for c, d in self._debts.items() if d * scale > 1e-4}
+
+    def _behind(self, backlog: float, client: str | None) -> str:
+        with self._lock:
+            held = self._debts.get(client, 0.0) if client is not None else 0.0
+        share = f"; this client's requests hold ~{held:.1f}s of it" if held >= 0.05 else ""
+        return (f"wt-otel's writer is behind ({backlog:.1f}s of work waiting, more than max_backlog_seconds "
+                f"{self.config.max_backlog_seconds:g}s{share})")
 
     def _take_sessions(self, client: str, traces: int, enforce: bool) -> bool:
         cfg = self.config

@@ -31,8 +31,11 @@ HELP = {
                                      "evidence (continuation, link).",
     "wt_otel_pipeline_errors_total": "Sessions that could not be built or written (a bug; see the log).",
     "wt_otel_flags_raised_total": "Sessions flagged as incidents.",
-    "wt_otel_http_connections_refused_total": "OTLP/HTTP connections refused at once (503): over the connection "
-                                              "limits, total or per client.",
+    "wt_otel_http_connections_refused_total": "OTLP/HTTP connections over the connection limits with every "
+                                              "connection busy: let in to answer /healthz only (anything else: 503).",
+    "wt_otel_http_connections_closed_total": "OTLP/HTTP connections closed by serve, by reason: evicted (idle, to "
+                                             "make room for a new one), silent (no request within "
+                                             "http_first_request_timeout).",
     "wt_otel_http_read_timeouts_total": "OTLP/HTTP requests that did not arrive whole within http_read_timeout.",
     "wt_otel_queue_bytes": "Estimated bytes waiting in the pipeline queue (queue.max_bytes budget).",
     "wt_otel_datadir_degraded": "1 while the data dir cannot be written (disk full): exports get 503.",
@@ -74,6 +77,8 @@ HELP = {
                                       "an fsync is stalled (503).",
     "wt_otel_segment_fsync_stalled": "1 while a segment fsync has not returned for durability.fsync_stall_timeout.",
     "wt_otel_segment_torn_tails_total": "Torn last frames cut at start-up (a kill mid-append; never acknowledged).",
+    "wt_otel_segment_corrupt_frames_total": "Corrupt frames (length or checksum) in the middle of the newest segments "
+                                            "at start-up: skipped, the frames after them kept.",
     "wt_otel_segment_replayed_requests_total": "Requests replayed from the segment log at start-up.",
     "wt_otel_segment_checkpoint_generation": "The segment generation the checkpoint is in (older ones are deleted).",
     "wt_otel_segments_deleted_total": "Segment generations deleted: every record in them is written.",

@@ -15,7 +15,10 @@ or the sessions waiting to be written would take that long (`writer_lag`,
 the assembler's `write_backlog`: consuming records is cheap, writing sessions
 is not, so the backlog builds up in the assembler more than in the queue). So at
 overload the receivers decode only what the worker can take, and the worker
-keeps its share of the GIL.
+keeps its share of the GIL. Once decoded, a request is admitted on the
+backlog it would make (`write_cost`, the writer's measured seconds per
+session: what is queued counts too), not the one already there, with a fair
+share per client (`wt_otel.serve.budget`, rule 5).
 
 One worker thread feeds queued batches to the `Consumer` (the processors) and
 calls its `tick(now)` at least every `tick_interval` seconds so time-based
@@ -70,7 +73,8 @@ class Pipeline:
     def __init__(self, consumer: Consumer, metrics: Metrics | None = None, max_queued_records: int = 100_000,
                  tick_interval: float = 0.5, admission: AdmissionControl | None = None,
                  housekeeping: Sequence[Callable[[], object]] = (),
-                 writer_lag: Callable[[], float] | None = None) -> None:
+                 writer_lag: Callable[[], float] | None = None,
+                 write_cost: Callable[[int], float] | None = None) -> None:
         self.consumer = consumer
         self.metrics = metrics or Metrics()
         self.max_queued_records = max_queued_records
@@ -79,7 +83,8 @@ class Pipeline:
         self.admission = admission or AdmissionControl(
             BudgetConfig(max_records=max_queued_records), held=held if callable(held) else None)
         self.housekeeping = list(housekeeping)  # run on the worker at every tick (retry deferred writes)
-        self._queue: queue.Queue[tuple[Sequence[Record | SpanRefs], int, int] | None] = queue.Queue()
+        # (records, estimated bytes, segment position or -1, predicted seconds of writing them)
+        self._queue: queue.Queue[tuple[Sequence[Record | SpanRefs], int, int, float] | None] = queue.Queue()
         self.on_consumed: Callable[[int], None] | None = None  # the segment log's release (durable ingest)
         self.segments: SegmentLog | None = None  # set by serve: export() then appends before acknowledging
         # set by serve when the pipeline can keep sessions by reference (`SpanRefs`): export() then queues the
@@ -92,6 +97,8 @@ class Pipeline:
         self._lock = threading.Lock()
         self._closed = False
         self._writer_lag = writer_lag or (lambda: 0.0)
+        self._write_cost = write_cost  # traces -> predicted seconds of writing them (None: not predicted)
+        self._queued_cost = 0.0  # predicted seconds of writing what is queued
         self._enqueued: deque[float] = deque()  # when each queued batch was queued, oldest first
         self._worker = threading.Thread(target=self._run, name="wt-otel-pipeline", daemon=True)
 
@@ -117,12 +124,23 @@ class Pipeline:
             waited = 0.0
         return max(waited, self._writer_lag())
 
-    def precheck(self, estimated_bytes: int) -> tuple[PipelineAdmission, str]:
+    @property
+    def predicted_backlog(self) -> float:
+        """The writer's work now, in seconds: what it has (`writer_lag`) and what is queued at its predicted cost,
+        or the oldest queued batch's wait if that is more."""
+        try:
+            waited = time.monotonic() - self._enqueued[0]
+        except IndexError:
+            waited = 0.0
+        return max(waited, self._writer_lag() + self._queued_cost)
+
+    def precheck(self, estimated_bytes: int, client: str | None = None) -> tuple[PipelineAdmission, str]:
         """Before decoding a request of ~`estimated_bytes` decoded: refuse it now if it cannot be admitted
-        (shutting down, the store degraded, the worker behind, the memory budget spent)."""
+        (shutting down, the store degraded, the worker behind and `client` holding its share of that, the
+        memory budget spent)."""
         if self._closed:
             return PipelineAdmission.CLOSED, "wt-otel is shutting down"
-        decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.backlog_seconds)
+        decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.predicted_backlog, client)
         if decision.verdict is not Verdict.ADMIT:
             return _VERDICTS[decision.verdict], decision.reason
         return PipelineAdmission.ACCEPTED, ""
@@ -136,7 +154,7 @@ class Pipeline:
         with self._lock:
             verdict, reason, nbytes = self._decide_locked(records, client)
             if verdict is PipelineAdmission.ACCEPTED:
-                self._enqueue_locked(records, nbytes, -1)
+                self._enqueue_locked(records, nbytes, -1, self._cost(records))
         return verdict, reason
 
     # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
@@ -154,40 +172,48 @@ class Pipeline:
         with self._lock:
             if self._closed:
                 return False
-            self._enqueue_locked(records, sum(map(record_bytes, records)), position)
+            self._enqueue_locked(records, sum(map(record_bytes, records)), position, self._cost(records))
         return True
+
+    def _cost(self, records: Sequence[Record | SpanRefs]) -> float:
+        if self._write_cost is None:
+            return 0.0
+        return self._write_cost(len({getattr(r, "trace_id", None) for r in records} - {None}))
 
     def _decide_locked(self, records: Sequence[Record | SpanRefs],
                        client: str | None) -> tuple[PipelineAdmission, str, int]:
         """(verdict, reason for a refusal, estimated bytes) of the admission control, under `_lock`."""
         if self._closed:
             return PipelineAdmission.CLOSED, "wt-otel is shutting down", 0
-        decision = self.admission.check(records, self._queued_bytes, self._queued, client)
+        decision = self.admission.check(records, self._queued_bytes, self._queued, client,
+                                        self.predicted_backlog, self._write_cost)
         if decision.verdict is not Verdict.ADMIT:
             return _VERDICTS[decision.verdict], decision.reason, 0
         return PipelineAdmission.ACCEPTED, "", decision.nbytes
 
-    def _enqueue_locked(self, records: Sequence[Record | SpanRefs], nbytes: int, position: int) -> None:
+    def _enqueue_locked(self, records: Sequence[Record | SpanRefs], nbytes: int, position: int,
+                        cost: float = 0.0) -> None:
         self._queued += count(records)
         self._queued_bytes += nbytes
+        self._queued_cost += cost
         self.metrics.set("wt_otel_queue_depth", self._queued)
         self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
-        self._queue.put((records, nbytes, position))
+        self._queue.put((records, nbytes, position, cost))
         self._enqueued.append(time.monotonic())
 
     def _run(self) -> None:
         next_tick = time.monotonic() + self.tick_interval
         while True:
-            batch: tuple[Sequence[Record | SpanRefs], int, int] | None
+            batch: tuple[Sequence[Record | SpanRefs], int, int, float] | None
             try:
                 batch = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
             except queue.Empty:
-                batch = ((), 0, -1)
+                batch = ((), 0, -1, 0.0)
             if batch is None:
                 break
             now = time.time()
             if batch[0]:
-                records, nbytes, position = batch
+                records, nbytes, position, cost = batch
                 if position >= 0 and self.drain_deadline is not None and time.monotonic() >= self.drain_deadline:
                     self.left_in_log += 1  # stopping, past the deadline: it stays in the segment log (pinned)
                 else:
@@ -198,6 +224,7 @@ class Pipeline:
                     self._enqueued.popleft()
                     self._queued -= count(records)
                     self._queued_bytes -= nbytes
+                    self._queued_cost = max(0.0, self._queued_cost - cost)  # with the writer now (writer_lag)
                     self.metrics.set("wt_otel_queue_depth", self._queued)
                     self.metrics.set("wt_otel_queue_bytes", self._queued_bytes)
             if time.monotonic() >= next_tick:

@@ -8,7 +8,10 @@ Layout, in `<data-dir>/segments/`:
 
 Each file is the collector file exporter's `format: proto` stream (a 4-byte
 big-endian length, then the message), so `wt-otel import` reads a segment as
-it is. One file per signal and generation: a reader tells traces from logs by
+it is. Format 2 adds a header frame and a CRC-32 after each message, both as
+protobuf fields no OTLP message has (`HEADER_FRAME`, `TRAILER`): any reader
+still parses every frame; files without the header are read as before. One
+file per signal and generation: a reader tells traces from logs by
 the file name (`.traces.pb` / `.logs.pb`), never by guessing. OTLP/JSON
 requests (and requests with rejected records) are stored as the protobuf of the
 records serve accepted (`wt_otel.ingest.otlp_encode`), so segments hold one
@@ -42,8 +45,9 @@ Past `max_bytes` on disk, `SegmentFull` (429 / RESOURCE_EXHAUSTED + retry
 info): the open sessions pin more than the cap.
 
 Start-up. The newest generation's torn tails (a kill mid-write) are cut back to
-their last whole frame (found from the frame headers, without reading the
-messages), counted and reported; an older file is never cut (it was fsynced
+their last whole frame, counted and reported; its every checksum is checked, so
+a frame in the middle whose length or checksum is wrong (damage: whole frames
+follow it) is reported and skipped, never taken for a torn tail; an older file is never cut (it was fsynced
 whole as it closed): damage there is reported and left in place. New appends
 go to a new generation; `replay()` yields the entries at or past the checkpoint
 for serve to feed its pipeline before the receivers open.
@@ -57,6 +61,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +84,14 @@ MAX_FRAME = 64 * 1024 * 1024  # as `wt_otel.ingest.dumps.MAX_RECORD_BYTES`
 _OFFSET_BITS = 40  # a segment never reaches 1 TiB
 _GEN_SHIFT = _OFFSET_BITS + 1
 _NAME = re.compile(r"^(\d{12})\.(traces|logs)\.pb$")
+# Format 2 (issue 31): a file opens with a header frame, and each frame's message is followed by a CRC-32 of it.
+# Both are protobuf fields no OTLP message has (1000: bytes, 1001: fixed32), so every frame still parses as the
+# request (an empty one for the header) and `wt-otel import` reads a segment as before. Files without the header
+# (format 1, written before) are read as before, without checksums.
+_HEADER_MESSAGE = b"\xc2\x3e\x12wt-otel segment v2"  # field 1000 (length-delimited), 18 bytes
+HEADER_FRAME = len(_HEADER_MESSAGE).to_bytes(4, "big") + _HEADER_MESSAGE
+_CRC_TAG = b"\xcd\x3e"  # field 1001, fixed32 (little-endian)
+TRAILER = len(_CRC_TAG) + 4
 
 
 PROBE_BYTES = 64 * 1024  # what `probe()` writes: room for a few requests, not just one byte
@@ -220,11 +233,15 @@ class SegmentLog:
         newest = max(gens, default=-1)
         for p, generation in files:
             if generation == newest:  # the only one a kill can leave torn: older ones were fsynced as they closed
-                cut = _repair_tail(p)
+                cut, why, corrupt = _repair_tail(p)
                 if cut:
-                    torn.append(f"{SEGMENTS}/{p.name}: cut {cut} bytes of a torn last frame (killed mid-write; "
-                                "that request was never acknowledged)")
+                    torn.append(f"{SEGMENTS}/{p.name}: cut {cut} bytes of {why}")
                     self.metrics.inc("wt_otel_segment_torn_tails_total")
+                for start, end, after in corrupt:
+                    problems.append(f"{SEGMENTS}/{p.name}: bytes {start}-{end} are not a whole frame with a matching "
+                                    f"checksum (damaged on disk, not a kill: what came after was written); that "
+                                    f"stretch is skipped, the {after} frame(s) after it are kept")
+                    self.metrics.inc("wt_otel_segment_corrupt_frames_total")
                 continue
             end, size = _whole_end(p)
             if end < size:  # a closed file cut short or with a bad length (the disk): its bytes are not ours to cut
@@ -270,8 +287,9 @@ class SegmentLog:
     def append(self, signal: str, data: bytes) -> Ticket:
         """Write one request; pinned until `release(ticket.pos)`. Raises SegmentFull / SegmentUnavailable."""
         sig = SIGNALS.index(signal)
-        header = len(data).to_bytes(4, "big")
-        size = len(header) + len(data)
+        header = (len(data) + TRAILER).to_bytes(4, "big")
+        trailer = _CRC_TAG + zlib.crc32(data).to_bytes(4, "little")  # outside the lock: ~1 ms for 4 MB
+        size = len(header) + len(data) + TRAILER
         seg: _Open | None = None
         with self._lock:
             while True:
@@ -297,7 +315,7 @@ class SegmentLog:
                 seg = self._open_locked(sig)
             offset = seg.size
             try:
-                written = self.writev(seg.fd, [header, data])  # the request is not copied into a frame
+                written = self.writev(seg.fd, [header, data, trailer])  # the request is not copied into a frame
                 if written != size:  # a short write: the disk filled up mid-frame
                     raise OSError(28, f"short write ({written} of {size} bytes)")
             except OSError as e:
@@ -371,6 +389,16 @@ class SegmentLog:
         seg = self._open[sig] = _Open(sig, self._generation, fd, size=os.fstat(fd).st_size)
         seg.committed = seg.size
         self._sizes.setdefault(self._generation, 0)
+        if seg.size == 0:  # a new file: the format header first (fsynced with the first commit)
+            try:
+                if self.writev(fd, [HEADER_FRAME]) == len(HEADER_FRAME):
+                    seg.size = len(HEADER_FRAME)
+                    self._add_bytes(self._generation, seg.size)
+                else:
+                    os.ftruncate(fd, 0)
+            except OSError:  # the append that follows says what is wrong; a file without it is read as format 1
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
         if len(self._open) == 1:
             self._born = time.monotonic()
             with contextlib.suppress(OSError):  # the new file's name durable too
@@ -477,24 +505,39 @@ class SegmentLog:
         works the log is healthy again and serve accepts exports (serve calls it every tick)."""
         if self.failing is None or self._stalled:  # a stall clears when its fsync returns: a probe would hang too
             return
-        path = self.dir / ".probe"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                if self.writev(fd, [b"\0" * PROBE_BYTES]) != PROBE_BYTES:
-                    return
-                self.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
+        if self._probe_error() is not None:
             return
-        finally:
-            with contextlib.suppress(OSError):
-                path.unlink()
         with self._lock:
             self.failing = None
         if self.on_health is not None:
             self.on_health(None)
+
+    def check_writable(self) -> None:
+        """At start (after `on_health` is set): probe the disk; one that cannot take `PROBE_BYTES` makes the log
+        unhealthy at once (exports refused, /healthz degraded, until `probe()` succeeds), rather than serve
+        saying ok until the first export fails (issue 31)."""
+        if (reason := self._probe_error()) is not None:
+            with self._lock:
+                self._unhealthy_locked(reason)
+
+    def _probe_error(self) -> str | None:
+        """Write and fsync `PROBE_BYTES` beside the segments, then remove them: why that failed, or None."""
+        path = self.dir / ".probe"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                written = self.writev(fd, [b"\0" * PROBE_BYTES])
+                if written != PROBE_BYTES:
+                    return f"cannot write {SEGMENTS}/: short write ({written} of {PROBE_BYTES} bytes)"
+                self.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            return f"cannot write {SEGMENTS}/: {e.strerror or e}"
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return None
 
     def _pinned(self) -> list[int]:
         with self._pins_lock:
@@ -651,10 +694,11 @@ def read_entry(directory: Path, pos: int) -> bytes:
     name = segment_name(generation, SIGNALS[sig])
     try:
         with open(directory / name, "rb") as fh:
+            checksummed = fh.read(len(HEADER_FRAME)) == HEADER_FRAME
             fh.seek(offset)
             header = fh.read(4)
             n = int.from_bytes(header, "big") if len(header) == 4 else -1
-            if not 0 <= n <= MAX_FRAME:
+            if not 0 <= n <= MAX_FRAME + TRAILER:
                 raise ValueError(f"{SEGMENTS}/{name} has no whole entry at offset {offset}")
             data = fh.read(n)
     except FileNotFoundError:
@@ -664,6 +708,12 @@ def read_entry(directory: Path, pos: int) -> bytes:
         raise ValueError(f"cannot read {SEGMENTS}/{name}: {e.strerror or e}") from None
     if len(data) < n:
         raise ValueError(f"{SEGMENTS}/{name} ends inside the entry at offset {offset}")
+    if checksummed:
+        message = _checked(data)
+        if message is None:
+            raise ValueError(f"{SEGMENTS}/{name}: the entry at offset {offset} does not match its checksum (damaged "
+                             "on disk)")
+        return message
     return data
 
 
@@ -727,8 +777,14 @@ def _entries(directory: Path, generations: list[int], start: int) -> Iterator[tu
 
 
 def _frames(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(offset, message) of each whole frame; stops at a torn or oversized one."""
+    """(offset, message) of each whole frame; stops at a torn or oversized one. In a format-2 file every frame's
+    checksum is checked, and a stretch that is not a whole frame with a matching one is skipped (and logged):
+    the frames after it are read."""
     with open(path, "rb") as fh:
+        if fh.read(len(HEADER_FRAME)) == HEADER_FRAME:
+            yield from _checked_frames(path, fh.fileno())
+            return
+        fh.seek(0)
         offset = 0
         while True:
             header = fh.read(4)
@@ -761,13 +817,90 @@ def _whole_end(path: Path) -> tuple[int, int]:
         os.close(fd)
 
 
-def _repair_tail(path: Path) -> int:
-    """Cut a segment back to its last whole frame; the bytes cut (0: it was whole)."""
-    end, size = _whole_end(path)
+def _repair_tail(path: Path) -> tuple[int, str, list[tuple[int, int, int]]]:
+    """Cut a segment back to its last whole frame: (the bytes cut (0: it was whole), what they were, the corrupt
+    stretches before it, each (start, end, whole frames after it)). A format-2 file is read whole, every checksum
+    checked: a bad frame with whole frames after it is damage in the middle, skipped and kept, not a torn tail."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if os.pread(fd, len(HEADER_FRAME), 0) == HEADER_FRAME:
+            buf = os.pread(fd, size, 0)
+            frames, corrupt, end = _walk_checked(buf)
+            why = _tail_kind(buf, end)
+            stretches = [(a, b, sum(1 for at in frames if at >= b)) for a, b in corrupt]
+        else:
+            end, size = _whole_end(path)
+            why, stretches = "a torn last frame (killed mid-write; that request was never acknowledged)", []
+    finally:
+        os.close(fd)
     if size > end:
         with open(path, "r+b") as fh:
             fh.truncate(end)
             fh.flush()
             os.fsync(fh.fileno())
-        return size - end
-    return 0
+        return size - end, why, stretches
+    return 0, why, stretches
+
+
+def _checked(data: bytes) -> bytes | None:
+    """The message of a format-2 frame (`data`: what its length covers) when its checksum matches, else None."""
+    if len(data) < TRAILER or data[-TRAILER:-4] != _CRC_TAG:
+        return None
+    if zlib.crc32(memoryview(data)[:-TRAILER]) != int.from_bytes(data[-4:], "little"):
+        return None
+    return data[:-TRAILER]
+
+
+def _frame_at(buf: bytes, at: int) -> int | None:
+    """The length of a whole frame with a matching checksum at `at` of a format-2 file's bytes, or None."""
+    if at + 4 > len(buf):
+        return None
+    n = int.from_bytes(buf[at:at + 4], "big")
+    end = at + 4 + n
+    if n < TRAILER or n > MAX_FRAME + TRAILER or end > len(buf) or buf[end - TRAILER:end - 4] != _CRC_TAG:
+        return None  # the tag check first: a checksum is computed only where a frame can end
+    return n if zlib.crc32(memoryview(buf)[at + 4:end - TRAILER]) == int.from_bytes(buf[end - 4:end], "little") \
+        else None
+
+
+def _walk_checked(buf: bytes) -> tuple[list[int], list[tuple[int, int]], int]:
+    """(the offsets of the whole, checked frames, the corrupt stretches [start, end) between them, where the last
+    whole frame ends) of a format-2 file's bytes. After a bad frame the next whole one is searched byte by byte
+    (damage is rare; the search stops at the first frame that checks)."""
+    frames: list[int] = []
+    corrupt: list[tuple[int, int]] = []
+    at = end = len(HEADER_FRAME)
+    while at < len(buf):
+        n = _frame_at(buf, at)
+        if n is not None:
+            frames.append(at)
+            at = end = at + 4 + n
+            continue
+        after = next((x for x in range(at + 1, len(buf) - 4 - TRAILER + 1) if _frame_at(buf, x) is not None), None)
+        if after is None:
+            break  # nothing whole after it: the tail
+        corrupt.append((at, after))
+        at = after
+    return frames, corrupt, end
+
+
+def _tail_kind(buf: bytes, end: int) -> str:
+    """What the bytes past the last whole frame are: a frame cut short by a kill, or a whole one that fails its
+    checksum (it was written whole: damaged on disk)."""
+    n = int.from_bytes(buf[end:end + 4], "big") if end + 4 <= len(buf) else None
+    if n is not None and end + 4 + n == len(buf):
+        return "a last frame that does not match its checksum (damaged on disk; it cannot be read)"
+    return "a torn last frame (killed mid-write; that request was never acknowledged)"
+
+
+def _checked_frames(path: Path, fd: int) -> Iterator[tuple[int, bytes]]:
+    """`_frames` of a format-2 file: the messages of the frames whose checksums match."""
+    buf = os.pread(fd, os.fstat(fd).st_size, 0)
+    frames, corrupt, _ = _walk_checked(buf)
+    for start, end in corrupt:
+        log.warning("%s/%s: bytes %d-%d are not a whole frame with a matching checksum; skipped (the frames after "
+                    "it are read)", SEGMENTS, path.name, start, end)
+    for at in frames:
+        n = int.from_bytes(buf[at:at + 4], "big")
+        yield at, buf[at + 4:at + 4 + n - TRAILER]

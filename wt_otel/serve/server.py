@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wt_otel._util.terminal import shown
+from wt_otel._util.tuning import memory_return
 from wt_otel.components import (
     CompletedSession,
     IndexedSession,
@@ -115,7 +117,7 @@ class SessionPipeline:
                 if done.written is not None or store is None or not hasattr(store, "quarantine"):
                     raise  # already stored (a later stage failed): the assembler logs and counts it
                 # hostile content must cost this session a stage, not its data
-                log.exception("session %s: stage %s failed", session.key, name)
+                log.exception("session %s: stage %s failed", shown(session.key), name)
                 store.quarantine(session, spans, f"stage {name} failed: {type(exc).__name__}: {exc}")
                 return None
             if done.halted:  # the store deferred or quarantined it: nothing after it has a `written`
@@ -129,6 +131,7 @@ class SessionPipeline:
 
     def _resume(self, done: CompletedSession, start: int) -> None:
         done.pending = False
+        done.resume = None  # done -> resume -> done: a cycle that kept the session's records until a full GC
         self._run_stages(done, start)
 
     def _say_if_no_content(self, session: Session) -> None:
@@ -142,7 +145,7 @@ class SessionPipeline:
         if service not in self.no_content_services:
             if len(self.no_content_services) < MAX_NAMED_SERVICES:
                 self.no_content_services.add(service)
-                self.context.warn(capture_hint(session))
+                self.context.warn(shown(capture_hint(session)))
             else:
                 if not self.others_without_content:  # a flag, not the set: a service may be named "(other services)"
                     self.others_without_content = True
@@ -162,16 +165,27 @@ class SessionPipeline:
                          session_window=q.session_window, fair_share_pressure=q.fair_share_pressure,
                          max_backlog_seconds=q.max_backlog_seconds),
             held=held if callable(held) else None)
-        housekeeping = []
+        housekeeping: list[Callable[[], object]] = [memory_return.maybe]  # freed heap pages back after large requests
         store = self.store
         if store is not None and hasattr(store, "retry_deferred"):
             store.on_health = self._store_health
             housekeeping.append(store.retry_deferred)
+        if store is not None and hasattr(store, "take_flag_requests"):
+            housekeeping.append(self._flag_requested)
         self.queue = Pipeline(self.head, self.context.metrics, max_queued_records=max_queued_records,
                               tick_interval=tick_interval, admission=self.admission,
                               housekeeping=housekeeping,
-                              writer_lag=getattr(self.assembler, "write_backlog", None)).start()
+                              writer_lag=getattr(self.assembler, "write_backlog", None),
+                              write_cost=getattr(self.assembler, "write_cost", None)).start()
         return self.queue
+
+    def _flag_requested(self) -> None:
+        """`wt-otel flag` while serve runs: the store flags what it asked for (each tick), and each session it
+        built goes through the stages after the store (auto-replay), as a session flagged on arrival would."""
+        after = next((n + 1 for n, (_, stage) in enumerate(self.session_stages) if stage is not None
+                      and getattr(stage, "store", None) is self.store), len(self.session_stages))
+        for session, written in self.store.take_flag_requests():
+            self._run_stages(CompletedSession(session, [], written=written), start=after)
 
     def _store_health(self, reason: str | None) -> None:
         """The data dir became unwritable (stop acknowledging) or writable again."""
@@ -200,7 +214,7 @@ class SessionPipeline:
         try:
             session = build_session(attach_logs(self.assembler.decode_refs(indexed.refs)), key=indexed.key)
         except Exception:  # a probe must cost nothing but its log line
-            log.exception("session %s: built to check its content, and failed", indexed.key)
+            log.exception("session %s: built to check its content, and failed", shown(indexed.key))
             return
         if session is not None:
             self.assembler.report(session)
@@ -460,6 +474,7 @@ class Server:
         queue.housekeeping.append(lambda: segments.checkpoint(self._needed_position()))
         queue.housekeeping.append(segments.probe)
         segments.on_health = self._segments_health
+        segments.check_writable()  # a full disk at start: degraded from the outset, not once an export fails
         assembler.decode_refs = functools.partial(spans_of, segments.dir)
         blocker = self.stages.by_reference_blocker()
         if blocker is None:

@@ -67,3 +67,31 @@ def test_gc_tuned_is_undone_after_the_work() -> None:
     with pytest.raises(RuntimeError), gc_tuned():
         raise RuntimeError("a batch failed")
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_memory_return_trims_after_large_requests_and_while_traffic_lasts(monkeypatch):
+    """Issue 31: freed heap pages go back to the OS (malloc_trim) after 64 MiB of requests, at most every 2 s,
+    and every 30 s while requests came in recently; never without traffic; off with WT_OTEL_RELEASE_MEMORY."""
+    from wt_otel._util import tuning
+
+    calls: list[int] = []
+    monkeypatch.setattr(tuning, "_malloc_trim", lambda: calls.append)
+    clock = [1000.0]
+    monkeypatch.setattr(tuning.time, "monotonic", lambda: clock[0])
+    release = tuning.MemoryReturn(enabled=True)
+    t0 = clock[0]
+    assert not release.maybe(t0 + 60)  # no traffic: nothing to give back
+    release.note(30 * 1024 * 1024)
+    assert not release.maybe(t0 + 3)  # under 64 MiB, and not 30 s since the start
+    release.note(40 * 1024 * 1024)
+    assert release.maybe(t0 + 3) and calls == [0]
+    release.note(100 * 1024 * 1024)
+    assert not release.maybe(t0 + 4)  # at most every 2 s
+    assert release.maybe(t0 + 5.5) and len(calls) == 2
+    assert not release.maybe(t0 + 20)
+    assert release.maybe(t0 + 36)  # sessions written after the requests: a quiet trim
+    assert not release.maybe(t0 + 1000)  # long after the last request: nothing more
+    monkeypatch.setenv("WT_OTEL_RELEASE_MEMORY", "off")
+    off = tuning.MemoryReturn()
+    off.note(1 << 30)
+    assert not off.maybe() and off.trims == 0

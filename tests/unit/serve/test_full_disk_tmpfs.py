@@ -5,6 +5,9 @@ test_serve_faults.py cover the same behaviour everywhere."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -49,6 +52,14 @@ def _healthz(url: str) -> int:
         return e.code
 
 
+def _health(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def test_a_full_disk_loses_nothing_acknowledged_and_writes_it_when_space_returns(tmpfs):
     config = ServeConfig(data_dir=tmpfs / "data", receivers=ReceiversConfig(grpc_endpoint=None,
                                                                             http_endpoint="127.0.0.1:0"),
@@ -83,3 +94,39 @@ def test_a_full_disk_loses_nothing_acknowledged_and_writes_it_when_space_returns
         server.stop()
     written = {e["key"] for e in read_index(config.data_dir).entries}
     assert set(acknowledged) <= written, sorted(set(acknowledged) - written)
+
+
+def _fill(disk) -> None:
+    """Every byte of the tmpfs taken."""
+    fd = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+
+
+def test_started_on_a_full_disk_healthz_says_so_until_space_returns(tmpfs):
+    """Started on a full disk, /healthz said 200 (a probe kept routing to it) while every export was refused
+    (issue 31): it is degraded from the start, with the reason, and recovers once space returns."""
+    (tmpfs / "data").mkdir()
+    _fill(tmpfs)
+    config = ServeConfig(data_dir=tmpfs / "data", receivers=ReceiversConfig(grpc_endpoint=None,
+                                                                            http_endpoint="127.0.0.1:0"),
+                         assembler=AssemblerConfig(idle_timeout=0.2, grace=0.02))
+    server = Server(config, quiet=True).start()
+    try:
+        code, body = _health(server.http_url)
+        assert code == 503 and "No space left on device" in body["reasons"]["segment log"], body
+        assert _post(server.http_url, 1) == 503
+        (tmpfs / "ballast").unlink()  # space returns: the next tick's probe says so
+        deadline = time.monotonic() + 30
+        while _healthz(server.http_url) != 200:
+            assert time.monotonic() < deadline, "never recovered"
+            time.sleep(0.05)
+        assert _post(server.http_url, 2) == 200
+    finally:
+        server.stop()
+    assert tid(2) in {e["key"] for e in read_index(config.data_dir).entries}

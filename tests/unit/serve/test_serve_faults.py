@@ -14,6 +14,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2 as grpc_health_pb2
+from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
 from tests.support.hostile import HUGE_INT_ARGS, genai_session, tid, to_request
@@ -238,3 +240,26 @@ def test_item7_cli_reports_and_starts(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=90)  # drains the pipe too: a full pipe would stall serve's shutdown logging
+
+
+def test_started_on_a_full_disk_healthz_is_degraded_from_the_start(tmp_path, monkeypatch):
+    """Issue 31: started on a full disk, /healthz said ok until an export failed (the tmpfs test does it for real)."""
+    real = os.writev
+
+    def full(fd, buffers):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "writev", full)  # the segment log's seam takes it at start
+    server = _server(tmp_path)
+    try:
+        code, health = _get(server, "/healthz")
+        assert code == 503 and "No space left" in json.loads(health)["reasons"]["segment log"]
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            check = grpc_health_pb2_grpc.HealthStub(channel).Check(grpc_health_pb2.HealthCheckRequest(), timeout=10)
+        assert check.status == grpc_health_pb2.HealthCheckResponse.NOT_SERVING
+        assert server.segments is not None
+        server.segments.writev = real  # space returns: the next tick's probe says so
+        _wait(lambda: _get(server, "/healthz")[0] == 200)
+        assert _post(server, to_request(genai_session(tid(1))).SerializeToString())[0] == 200
+    finally:
+        server.stop()

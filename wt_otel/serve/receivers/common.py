@@ -24,14 +24,16 @@ is still a 400) and counted in `wt_otel_metric_points_dropped_total`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hmac
 import json
 import logging
+import time
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -52,8 +54,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from wt_otel._util import safejson
+from wt_otel._util.fsutil import write_directory
+from wt_otel._util.tuning import memory_return
 from wt_otel.ingest import spanindex
-from wt_otel.ingest.otlp import OtlpJsonError, logs_from_json, logs_from_request, spans_from_json, spans_from_request
+from wt_otel.ingest.otlp import (
+    OtlpJsonError,
+    logs_from_json,
+    logs_from_request,
+    may_hold_lone_surrogates,
+    spans_from_json,
+    spans_from_request,
+)
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.ingest.spanindex import SpanEntry, SpanIndexError
 from wt_otel.ingest.wirecheck import WireCheck
@@ -114,6 +126,8 @@ class Decoded:
     rejected: int
     error_message: str
     dropped: int = 0  # spans the GenAI filter dropped at receive time, never converted (`screened`)
+    # records set aside (counted in `rejected`): (the record as received or as decoded, where, why)
+    quarantined: list[tuple[object, str, str]] = field(default_factory=list)
 
 
 def decode(signal: Signal, body: bytes | Message, encoding: Encoding) -> Decoded:
@@ -122,23 +136,28 @@ def decode(signal: Signal, body: bytes | Message, encoding: Encoding) -> Decoded
     `body` may already be a parsed request message (when a servicer is
     registered with grpc's generated deserializer).
     """
+    quarantined: list[tuple[object, str, str]] = []
     if signal is Signal.TRACES:
-        spans = _parse_spans(body, encoding)
-        return _validated(spans, _span_problem, "spans")
-    logs = _parse_logs(body, encoding)
-    return _validated(logs, _log_problem, "log records")
+        spans = _parse_spans(body, encoding, quarantined)
+        decoded = _validated(spans, _span_problem, "spans", quarantined)
+    else:
+        logs = _parse_logs(body, encoding, quarantined)
+        decoded = _validated(logs, _log_problem, "log records", quarantined)
+    return decoded
 
 
-def _parse_spans(body: bytes | Message, encoding: Encoding) -> list[SpanRecord]:
+def _parse_spans(body: bytes | Message, encoding: Encoding,
+                 quarantined: list[tuple[object, str, str]]) -> list[SpanRecord]:
     if encoding is Encoding.JSON:
-        return _from_json(body, spans_from_json)
+        return _from_json(body, spans_from_json, quarantined)
     request = body if isinstance(body, Message) else _parse_pb(ExportTraceServiceRequest, body)
     return list(spans_from_request(request))
 
 
-def _parse_logs(body: bytes | Message, encoding: Encoding) -> list[LogRecord]:
+def _parse_logs(body: bytes | Message, encoding: Encoding,
+                quarantined: list[tuple[object, str, str]]) -> list[LogRecord]:
     if encoding is Encoding.JSON:
-        return _from_json(body, logs_from_json)
+        return _from_json(body, logs_from_json, quarantined)
     request = body if isinstance(body, Message) else _parse_pb(ExportLogsServiceRequest, body)
     return list(logs_from_request(request))
 
@@ -151,7 +170,9 @@ def _parse_pb(cls: type[Message], body: bytes) -> Message:
                                f"{len(body)} bytes received — truncated, or not OTLP protobuf?") from None
 
 
-def _from_json(body: bytes | Message, decoder) -> list:
+def _from_json(body: bytes | Message, decoder, quarantined: list[tuple[object, str, str]]) -> list:
+    """Records of an OTLP/JSON body; lone surrogates kept escaped, a record that fails for an unforeseen
+    reason appended to `quarantined` (never the request's failure)."""
     if isinstance(body, Message):
         raise TypeError("OTLP/JSON bodies are bytes")
     try:
@@ -161,7 +182,8 @@ def _from_json(body: bytes | Message, decoder) -> list:
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise MalformedRequest(f"invalid JSON: {e}") from None
     try:
-        return list(decoder(obj))
+        return list(decoder(obj, escape=may_hold_lone_surrogates(body),
+                            quarantine=lambda raw, where, why: quarantined.append((raw, where, why))))
     except OtlpJsonError as e:
         raise MalformedRequest(f"not an OTLP/JSON request: {e}") from None
     except RecursionError:
@@ -213,8 +235,8 @@ def _lean_spans(body: bytes, screen: ReceiveScreen) -> Decoded | None:
     if any(_entry_problem(e) for e in entries):
         return None  # decode() rejects those spans, with its messages
     traces: dict[str, bool] = {}
-    for e in entries:
-        traces[e.trace_id] = traces.get(e.trace_id, False) or e.genai
+    for e in entries:  # feedback that names a conversation is GenAI too (`genai_filter.is_genai`)
+        traces[e.trace_id] = traces.get(e.trace_id, False) or e.genai or (e.conversation is not None and bool(e.marks))
     keep_traces = screen.keep_traces(traces)
     if keep_traces is None:
         return None
@@ -269,9 +291,10 @@ def _log_problem(log: LogRecord) -> str | None:
     return None
 
 
-def _validated(records: Sequence[Record], problem_of, noun: str) -> Decoded:
+def _validated(records: Sequence[Record], problem_of, noun: str,
+               quarantined: list[tuple[object, str, str]] | None = None) -> Decoded:
     kept: list[Record] = []
-    first = ""
+    first = f"{quarantined[0][1]}: set aside ({quarantined[0][2]})" if quarantined else ""
     for record in records:
         problem = problem_of(record)
         if problem is None:
@@ -279,9 +302,10 @@ def _validated(records: Sequence[Record], problem_of, noun: str) -> Decoded:
         elif not first:
             name = getattr(record, "name", None) or getattr(record, "event_name", "")
             first = f"{_short(name)}: {problem}" if name else problem
-    rejected = len(records) - len(kept)
-    message = f"rejected {rejected} of {len(records)} {noun}; first: {first}" if rejected else ""
-    return Decoded(kept, len(records), rejected, message)
+    aside = len(quarantined or ())
+    rejected = len(records) - len(kept) + aside
+    message = f"rejected {rejected} of {len(records) + aside} {noun}; first: {first}" if rejected else ""
+    return Decoded(kept, len(records) + aside, rejected, message, quarantined=list(quarantined or ()))
 
 
 def _short(name: str, limit: int = 80) -> str:
@@ -318,9 +342,11 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
     """Decode, validate, offer to the pipeline, count. Never blocks on the pipeline.
 
     `client` (the peer's address) keys the per-client session quota (`wt_otel.serve.budget`)."""
+    if isinstance(body, bytes):
+        memory_return.note(len(body))  # serve's tick gives freed heap pages back after large requests
     if signal is Signal.METRICS:
         return drop_metrics(body, encoding, metrics)
-    if (refused := precheck(body, encoding, pipeline, metrics)) is not None:
+    if (refused := precheck(body, encoding, pipeline, metrics, client)) is not None:
         return refused
     screen = screen_of(pipeline)
     if signal is Signal.TRACES and encoding is Encoding.PROTOBUF and isinstance(body, bytes) and \
@@ -332,6 +358,7 @@ def export(signal: Signal, body: bytes | Message, encoding: Encoding, pipeline: 
         return ExportResult(Outcome.MALFORMED, str(e))
     received = "wt_otel_spans_received_total" if signal is Signal.TRACES else "wt_otel_log_records_received_total"
     metrics.inc(received, decoded.received)
+    _set_aside(signal, decoded.quarantined, pipeline, metrics)
     if decoded.dropped:
         metrics.inc("wt_otel_records_dropped_total", decoded.dropped, reason="not_genai")
     if decoded.rejected:
@@ -368,7 +395,8 @@ def _refused(admission: PipelineAdmission, reason: str, what: str) -> ExportResu
     return ExportResult(Outcome.CLOSED, "wt-otel is shutting down; retry against a running instance")
 
 
-def precheck(body: bytes | Message, encoding: Encoding, pipeline: Pipeline, metrics: Metrics) -> ExportResult | None:
+def precheck(body: bytes | Message, encoding: Encoding, pipeline: Pipeline, metrics: Metrics,
+             client: str | None = None) -> ExportResult | None:
     """Refuse a request before decoding it when the pipeline could not take it anyway (the writer is
     behind, the memory budget is spent, the store cannot write, shutting down); None: go on and decode.
 
@@ -378,7 +406,7 @@ def precheck(body: bytes | Message, encoding: Encoding, pipeline: Pipeline, metr
     if check is None:
         return None
     size = body.ByteSize() if isinstance(body, Message) else len(body)
-    admission, reason = check(int(size * DECODED_PER_WIRE_BYTE[encoding.value]))
+    admission, reason = check(int(size * DECODED_PER_WIRE_BYTE[encoding.value]), client)
     if admission is PipelineAdmission.ACCEPTED:
         return None
     metrics.inc("wt_otel_requests_shed_total", reason=_REJECTED_REASON[admission])
@@ -398,9 +426,63 @@ def _durable_export(signal: Signal, body: bytes | Message, encoding: Encoding, d
     if encoding is Encoding.PROTOBUF and not decoded.rejected and not decoded.dropped:
         data = body if isinstance(body, bytes) else body.SerializeToString()
     else:  # OTLP/JSON, rejected or screened-out records: store what was kept, as protobuf (one format in the log)
-        request = traces_request(records) if signal is Signal.TRACES else logs_request(records)  # type: ignore[arg-type]
-        data = request.SerializeToString()
+        data, kept, aside = _encoded(signal, records)
+        if aside:  # a record protobuf refuses is set aside; the rest of the request is written
+            _set_aside(signal, aside, pipeline, metrics)
+            first = decoded.error_message or f"first: {aside[0][1]}: set aside ({aside[0][2]})"
+            decoded = dataclasses.replace(decoded, records=kept, rejected=decoded.rejected + len(aside),
+                                          error_message=f"rejected {decoded.rejected + len(aside)} of "
+                                                        f"{decoded.received} records; {first}")
+            records = kept
+            if not kept:
+                return ExportResult(Outcome.OK, decoded.error_message, decoded.rejected)
     return _append_and_queue(signal, data, records, pipeline, segments, metrics, decoded)
+
+
+def _encoded(signal: Signal, records: Sequence[Record]) -> tuple[bytes, list[Record], list[tuple[object, str, str]]]:
+    """(the protobuf of the records that encode, those records, the others with why): one record the
+    encoder refuses (a bug, or a value no check foresaw) costs that record, never the request."""
+    encode = traces_request if signal is Signal.TRACES else logs_request
+    try:
+        return encode(records).SerializeToString(), list(records), []  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - found record by record below
+        pass
+    kept: list[Record] = []
+    aside: list[tuple[object, str, str]] = []
+    for record in records:
+        try:
+            encode([record]).SerializeToString()  # type: ignore[list-item]
+        except Exception as e:  # noqa: BLE001 - that record is set aside, with the reason
+            what = f"{'span' if isinstance(record, SpanRecord) else 'log record of span'} {record.span_id}"
+            aside.append((record, what, f"cannot encode it for the segment log: {type(e).__name__}: {e}"))
+        else:
+            kept.append(record)
+    return (encode(kept).SerializeToString() if kept else b""), kept, aside  # type: ignore[arg-type]
+
+
+def _set_aside(signal: Signal, items: Sequence[tuple[object, str, str]], pipeline: Pipeline,
+               metrics: Metrics) -> None:
+    """Keep records no stage could take in `<data-dir>/quarantine/<signal>-records-<ns>/` (reason.txt,
+    records.ndjson), log and count them (`wt_otel_records_rejected_total{reason="quarantined"}`); never raises."""
+    if not items:
+        return
+    metrics.inc("wt_otel_records_rejected_total", len(items), reason="quarantined")
+    segments = getattr(pipeline, "segments", None)
+    kept_in = "(no data dir to keep them in)"
+    if segments is not None:
+        dest = Path(segments.dir).parent / "quarantine" / f"{signal.value}-records-{time.time_ns()}"
+        try:
+            reasons = "".join(f"{where}: {why}\n" for _, where, why in items)
+            lines = b"".join(safejson.dumps(dataclasses.asdict(r) if dataclasses.is_dataclass(r) and
+                                            not isinstance(r, type) else r, indent=False) + b"\n"
+                             for r, _, _ in items)
+            write_directory(dest, {"reason.txt": reasons.encode("utf-8", "backslashreplace"),
+                                   "records.ndjson": lines}, durable=True)
+            kept_in = f"in {dest}"
+        except Exception as e:  # noqa: BLE001 - setting aside is the last resort: it must not raise
+            kept_in = f"(cannot write {dest}: {e})"
+    log.error("%d %s record(s) set aside %s; the rest of the request was taken. First: %s: %s", len(items),
+              signal.value, kept_in, items[0][1], items[0][2])
 
 
 def _export_by_reference(body: bytes, pipeline: Pipeline, screen: ReceiveScreen | None, metrics: Metrics,
@@ -450,8 +532,8 @@ def index_refs(body: bytes, screen: ReceiveScreen, pos: int = -1) -> tuple[list[
     if grouped is None:
         return None  # an invalid id: decode() rejects that span, with its message
     genai: dict[str, bool] = {}  # trace id -> a GenAI span seen (the filter keeps or drops whole traces)
-    for run in grouped:
-        genai[run[0]] = genai.get(run[0], False) or run[5]
+    for run in grouped:  # feedback that names a conversation is GenAI too (`genai_filter.is_genai`)
+        genai[run[0]] = genai.get(run[0], False) or run[5] or (run[1] is not None and bool(run[4]))
     keep = screen.keep_traces(genai)
     kept = [SpanRefs(trace_id, conv, pos, ordinals, roots, marks)
             for trace_id, conv, ordinals, roots, marks, _ in grouped if keep is None or trace_id in keep]

@@ -56,11 +56,16 @@ class ReceiversConfig(BaseModel):
     max_decompressed_bytes: int = Field(32 * MiB, gt=0,
                                         description="largest body after decompression (gzip, deflate, zlib, zstd)")
     # OTLP/HTTP against slow and many clients: a request (line, headers, body) must arrive within
-    # http_read_timeout; connections beyond the limits get an immediate 503 + Retry-After.
+    # http_read_timeout; connections beyond the limits close idle ones (the heaviest address's first), and get an
+    # immediate 503 + Retry-After only when every connection is busy with a request.
     http_read_timeout: float = Field(20.0, gt=0, description="seconds for a request to arrive whole")
     http_backlog: int = Field(1024, gt=0, description="listen backlog (the kernel caps it at somaxconn)")
-    http_max_connections: int = Field(512, gt=0)
-    http_max_connections_per_client: int = Field(128, gt=0, description="open connections from one address")
+    http_first_request_timeout: float = Field(5.0, gt=0, description="seconds a new connection may stay silent "
+                                              "before its first request begins (idle floods are closed this soon)")
+    http_max_connections: int = Field(512, gt=0, description="open connections; past it a new one closes an idle "
+                                      "connection of the address holding the most (none idle: /healthz only)")
+    http_max_connections_per_client: int = Field(128, gt=0, description="open connections from one address; past "
+                                                 "it a new one from there closes that address's oldest idle one")
     auth_token_file: Path | None = Field(None, description="require `Authorization: Bearer <the file's content>`")
     tls_cert: Path | None = Field(None, description="PEM certificate (with tls_key: TLS on both transports)")
     tls_key: Path | None = Field(None, description="PEM private key")

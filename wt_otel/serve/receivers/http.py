@@ -35,9 +35,20 @@ line, headers and body -- within `http_read_timeout` seconds of its first
 byte being awaited, or the connection is answered 408 (body) or closed (a
 reaper thread ends stalled header reads); an export slot is taken only once
 the body is in, so slow senders cannot hold the slots that decoding needs.
-The listen backlog is `http_backlog`; beyond `http_max_connections` open
-connections (or `http_max_connections_per_client` from one address) a new
-connection gets an immediate 503 + Retry-After and is closed.
+The listen backlog is `http_backlog`.
+
+Connection admission (issue 31): idle connections cannot lock anyone out. A
+new connection must begin its first request within
+`http_first_request_timeout` seconds or it is closed. Beyond
+`http_max_connections_per_client` connections from one address, a new one
+from there closes that address's oldest idle connection; beyond
+`http_max_connections`, it closes an idle connection of the address holding
+the most (never-used connections first, then keep-alive idle ones, then
+those still sending headers), so a new address always finds room. Only when
+every connection is busy with a request does a new one get 503 + Retry-After,
+and even then up to `_PROBE_RESERVE` more are let in to answer `GET /healthz`
+(a liveness probe must not restart a healthy pod); anything else they ask gets
+the 503. Closed and refused connections are counted in /metrics.
 """
 
 from __future__ import annotations
@@ -88,20 +99,12 @@ _RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 408: 4, 411: 3, 413: 8, 415: 3, 4
 # Exports decoding at once; each holds up to max_message_bytes + max_decompressed_bytes.
 _MAX_CONCURRENT_EXPORTS = 32
 _MAX_CONCURRENT_INFLATIONS = 4  # 32 exports inflating to 31 MB each once held 1.2 GB
-_IDLE_TIMEOUT_SECONDS = 30  # a silent client (slowloris, dead peer) frees its thread after this
+_IDLE_TIMEOUT_SECONDS = 30  # a keep-alive connection idle between requests is closed after this
+_PROBE_RESERVE = 16  # connections beyond the limits that may still ask for /healthz (see the module doc)
+# A connection's state, for admission; the lower, the sooner it is closed to make room for a new one.
+_NEW, _IDLE, _HEADERS, _BUSY = 0, 1, 2, 3  # no request yet; keep-alive between requests; reading headers; a request
+_TOO_MANY = "too many connections; retry later"
 _REAP_SLACK_SECONDS = 0.5  # the reaper gives the handler's own 408 this long to go out first
-
-
-def _refuse(conn: socket.socket) -> None:
-    """A canned 503 for a connection over the limits, sent without blocking the accept loop."""
-    body = b'{"code":14,"message":"too many connections; retry later"}'
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            f"\r\nRetry-After: {RETRY_AFTER_SECONDS}\r\nConnection: close\r\n\r\n").encode()
-    if isinstance(conn, ssl.SSLSocket):  # no handshake yet: plain text would be garbage to it; just close
-        return
-    with contextlib.suppress(OSError):
-        conn.setblocking(False)
-        conn.send(head + body)
 _MAX_TRAILER_LINES = 64
 _LINGER_SECONDS = 2.0  # see _Handler._linger
 _LINGER_MAX_BYTES = 64 * 1024 * 1024
@@ -130,6 +133,8 @@ class OtlpHttpServer(ThreadingHTTPServer):
         self._deadlines: dict[socket.socket, float] = {}  # connections reading a request, and by when
         self._per_client: dict[str, int] = {}
         self._peers: dict[socket.socket, str] = {}
+        self._states: dict[socket.socket, tuple[int, float]] = {}  # (state, since) of each admitted connection
+        self._probes: dict[socket.socket, float] = {}  # admitted beyond the limits, for /healthz only: since
         self._reaper_stop = threading.Event()
         self.config, self.pipeline, self.metrics, self.token = config, pipeline, metrics, token
         self.stopping = False
@@ -154,30 +159,78 @@ class OtlpHttpServer(ThreadingHTTPServer):
     # -- connection and request tracking, for a graceful stop
 
     def process_request(self, request, client_address) -> None:
+        """Admit a new connection, closing an idle one to make room if need be (see the module doc)."""
         peer = str(client_address[0]) if client_address else ""
+        victim: socket.socket | None = None
+        probe = False
         with self._idle:
-            over = (len(self._connections) >= self.config.http_max_connections
-                    or self._per_client.get(peer, 0) >= self.config.http_max_connections_per_client)
-            if not over:
+            over = True
+            if self._per_client.get(peer, 0) >= self.config.http_max_connections_per_client:
+                victim = self._victim_locked(peer)
+            elif len(self._connections) >= self.config.http_max_connections:
+                victim = self._victim_locked(None)
+            else:
+                over = False
+            if over and victim is None:  # every connection busy: let it in for /healthz only
+                probe = True
+                if len(self._probes) >= _PROBE_RESERVE:  # the reserve's oldest gives way (probes are quick)
+                    victim = min(self._probes, key=self._probes.__getitem__)
+                self._probes[request] = time.monotonic()
+            else:
                 self._connections.add(request)
                 self._peers[request] = peer
                 self._per_client[peer] = self._per_client.get(peer, 0) + 1
-        if over:
+                self._states[request] = (_NEW, time.monotonic())
+            if victim is not None:
+                self._forget_locked(victim)
+        if victim is not None:
+            self.metrics.inc("wt_otel_http_connections_closed_total", reason="evicted")
+            with contextlib.suppress(OSError):
+                victim.shutdown(socket.SHUT_RDWR)  # its handler sees EOF and ends; its slot is already free
+        if probe:
             self.metrics.inc("wt_otel_http_connections_refused_total")
-            _refuse(request)
-            self.shutdown_request(request)
-            return
         super().process_request(request, client_address)
+
+    def _victim_locked(self, peer: str | None) -> socket.socket | None:
+        """The connection to close for a new one: `peer`'s (None: any address's, the one holding the most
+        connections first) that is not busy with a request, the least advanced and longest waiting first."""
+        best: tuple[int, int, float] | None = None
+        victim = None
+        for conn, (state, since) in self._states.items():
+            if state == _BUSY:
+                continue
+            owner = self._peers.get(conn, "")
+            if peer is not None and owner != peer:
+                continue
+            key = (-self._per_client.get(owner, 0), state, since)
+            if best is None or key < best:
+                best, victim = key, conn
+        return victim
+
+    def _forget_locked(self, conn: socket.socket) -> None:
+        if conn in self._connections:
+            self._connections.discard(conn)
+            peer = self._peers.pop(conn, "")
+            self._per_client[peer] -= 1
+            if not self._per_client[peer]:
+                del self._per_client[peer]
+        self._states.pop(conn, None)
+        self._probes.pop(conn, None)
+        self._deadlines.pop(conn, None)
+
+    def probe_only(self, conn: socket.socket) -> bool:
+        """Whether `conn` was let in beyond the limits, to answer /healthz only."""
+        with self._idle:
+            return conn in self._probes
+
+    def mark(self, conn: socket.socket, state: int) -> None:
+        with self._idle:
+            if conn in self._states:
+                self._states[conn] = (state, time.monotonic())
 
     def shutdown_request(self, request) -> None:
         with self._idle:
-            if request in self._connections:
-                self._connections.discard(request)
-                peer = self._peers.pop(request, "")
-                self._per_client[peer] -= 1
-                if not self._per_client[peer]:
-                    del self._per_client[peer]
-            self._deadlines.pop(request, None)
+            self._forget_locked(request)
         super().shutdown_request(request)
 
     # -- read deadlines (slow clients)
@@ -196,7 +249,7 @@ class OtlpHttpServer(ThreadingHTTPServer):
 
     def _reap(self) -> None:
         """End connections whose request did not arrive in time (headers trickled in, say)."""
-        interval = min(1.0, max(0.05, self.config.http_read_timeout / 4))
+        interval = min(1.0, max(0.05, min(self.config.http_read_timeout, self.config.http_first_request_timeout) / 4))
         while not self._reaper_stop.wait(interval):
             now = time.monotonic()
             with self._idle:
@@ -227,7 +280,7 @@ class OtlpHttpServer(ThreadingHTTPServer):
         self.server_close()
         with self._idle:
             self._idle.wait_for(lambda: self._busy == 0, timeout=grace)
-            connections = list(self._connections)
+            connections = list(self._connections) + list(self._probes)
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -246,21 +299,41 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self._unread_body = False
-        self.server.arm(self.connection, self.server.config.http_read_timeout)  # the TLS handshake, if any
+        self._requests = 0
+        self._probe_only = self.server.probe_only(self.connection)
+        config = self.server.config
+        # the TLS handshake, if any: part of what a new connection must do before its first request
+        self.server.arm(self.connection, min(config.http_read_timeout, config.http_first_request_timeout))
         if isinstance(self.connection, ssl.SSLSocket):
             self.connection.do_handshake()
 
     def handle_one_request(self) -> None:
-        """Idle (keep-alive) until the first byte, bounded by the socket timeout; from then on the
-        whole request must arrive within http_read_timeout (the reaper enforces it on header reads)."""
+        """Idle until the first byte: `http_first_request_timeout` on a new connection, the keep-alive idle
+        timeout between requests; from then on the whole request must arrive within http_read_timeout (the
+        reaper enforces it on header reads)."""
+        first = not self._requests
         self.server.arm(self.connection, None)
+        self.server.mark(self.connection, _NEW if first else _IDLE)
+        if first:
+            self.connection.settimeout(self.server.config.http_first_request_timeout)
         try:
             if not self.rfile.peek(1):  # type: ignore[attr-defined]  # a BufferedReader (makefile("rb"))
                 self.close_connection = True
                 return
-        except (OSError, ValueError):  # idle timeout, reset, closed
+        except TimeoutError:
+            self.close_connection = True
+            if first:
+                self.server.metrics.inc("wt_otel_http_connections_closed_total", reason="silent")
+            return
+        except (OSError, ValueError):  # reset, closed (closed to make room for another, say)
             self.close_connection = True
             return
+        finally:
+            if first:
+                with contextlib.suppress(OSError):
+                    self.connection.settimeout(self.timeout)
+        self._requests += 1
+        self.server.mark(self.connection, _HEADERS)
         self.server.arm(self.connection, self.server.config.http_read_timeout)
         super().handle_one_request()
 
@@ -319,9 +392,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._export_signal: Signal | None = None  # the handler lives on across keep-alive requests
         media = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         encoding = _CONTENT_TYPES.get(media)  # errors answer in the request's encoding, JSON when unknown
+        self.server.mark(self.connection, _BUSY)
         with self.server.busy():
             try:
-                if self.server.stopping:
+                if self._probe_only and (method, path) != ("GET", "/healthz"):
+                    self._status(503, _TOO_MANY, encoding, retry=True, close=True)  # over the connection limits
+                elif self.server.stopping:
                     self._status(503, "wt-otel is shutting down", encoding, retry=True, close=True)
                 elif path in _EXPORT_PATHS:
                     if method != "POST":
@@ -338,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
                             self._send(503, json.dumps({"status": "degraded", "reasons": degraded}).encode(),
                                        "application/json", {"Retry-After": str(RETRY_AFTER_SECONDS)})
                         else:
-                            self._send(200, b'{"status":"ok"}', "application/json")
+                            self._send(200, b'{"status":"ok"}', "application/json", close=self._probe_only)
                     elif self._authorized():
                         self._send(200, self.server.metrics.render().encode(), "text/plain; version=0.0.4")
                     else:
