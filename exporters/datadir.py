@@ -91,7 +91,9 @@ import yaml
 from wt_otel._util import safejson
 from wt_otel._util.clock import iso_from_ns, utc_now_iso
 from wt_otel._util.fsutil import fsync_dir, safe_slug, unique_slug, write_directory
+from wt_otel._util.hooks import crash_point
 from wt_otel._util.journal import Journal, encode_line
+from wt_otel._util.terminal import shown
 from wt_otel.components import CompletedSession, IndexedSession, StageContext, StageType
 from wt_otel.exporters.rawfile import RAW_FILE, Unencodable, read_records
 from wt_otel.exporters.render_pool import DEFAULT_TARGET, META_FILE, Outcome, RenderJob, RenderPool, job_files
@@ -113,6 +115,7 @@ SESSIONS = "sessions"
 KEYS_DB = ".session-keys.sqlite"  # the key table past its hot keys (exporters/session_keys.py)
 ENVELOPE = "incident.wtin.json"
 QUARANTINE = "quarantine"
+FLAG_REQUESTS = "flag-requests.ndjsonl"  # `wt-otel flag` while serve runs: taken by serve each tick
 # errno values that mean "the disk cannot take it now", not "this session is broken"
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
@@ -228,7 +231,9 @@ class DataDirStore:
             self.recovery.append(f"{INDEX}: dropped a torn last line of {dropped} bytes")
         # every key's slug, revision and how it is kept: from the index, streamed (it may hold millions of lines)
         self._keys = SessionKeys(keys_in_memory, path=self.root / KEYS_DB)
-        self._recovered: set[str] = set()  # keys re-indexed at this start (their index line was lost in a crash)
+        # keys whose latest line was re-indexed from their directory (its own line was lost in a crash), at this
+        # start or an earlier one: their records in the replay are theirs (`replayable`)
+        self._recovered: set[str] = set()
         self._unindexed: list[dict[str, Any]] = []  # lines of sessions kept by reference: encoded at the next tick
         # serve (`archive_gone`): the segment generations on disk, to count the lines of kept sessions whose
         # spans retention removed (None: not counted)
@@ -267,6 +272,14 @@ class DataDirStore:
         state.pos = pos if isinstance(pos, int) and not isinstance(pos, bool) else None
         state.line = offset if by_reference else None
         state.note_flag(e)
+        # A line re-indexed from its directory (a kill took the one written with it) names no records, and serve's
+        # checkpoint never passed them: whatever serve replays for this key is that directory's session, so the
+        # replay resumes the key (`replayable`) until a line written from records follows. Without this, a second
+        # kill before that line left the key taken, and the replay wrote the same incident again as `KEY~2`.
+        if e.get("recovered") and state.pos is None:
+            self._recovered.add(e["key"])
+        elif self._recovered:
+            self._recovered.discard(e["key"])
         if self._present is not None:
             self._lines += 1
             self._gone_lines += by_reference and state.pos is not None and not self._spans_kept(state.pos)
@@ -473,19 +486,7 @@ class DataDirStore:
 
     def _indexed_session(self, key: str) -> Session:
         """A session kept by reference, built from the segment log's entries its index line names."""
-        entry = self._indexed_line(key)
-        try:
-            refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
-                    for pos, ordinals in entry.get("segments") or []]
-            spans = spans_of(self.root / SEGMENT_DIR, refs)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"session {entry['slug']}: cannot read its spans back from the segment log: {e}") from None
-        session = build_session(attach_logs(spans), key=key)
-        if session is None:
-            raise ValueError(f"session {entry['slug']}: its spans hold no GenAI session")
-        session.complete = bool(entry.get("complete", True))
-        session.warnings.extend(str(w) for w in entry.get("warnings") or [])
-        return session
+        return session_from_segments(self.root, self._indexed_line(key), key)
 
     def _indexed_line(self, key: str) -> dict[str, Any]:
         """The key's latest index line: read at the offset the key table keeps (one line, not the whole
@@ -500,7 +501,7 @@ class DataDirStore:
                     return entry
             except (OSError, ValueError):
                 pass
-            log.warning("%s: the line of session %s is not where it was; reading the index through", INDEX, key)
+            log.warning("%s: the line of session %s is not where it was; reading the index through", INDEX, shown(key))
         found: list[dict[str, Any]] = [{}]
         Journal(self.root / INDEX).read(_index_entry, into=lambda e, _: found.append(e) if e["key"] == key else None)
         return found[-1]
@@ -511,6 +512,8 @@ class DataDirStore:
         same incident, and spans that do not say so must not undo the flag."""
         state = self._keys.get(session.key)
         if state is None:
+            # from ids only, never content: a session kept by reference gets its slug before it is decoded, and
+            # its render on demand must land where an inline render would (import names by first turn instead)
             text = session.flag_ref or session.conversation_id or session.key
             state = self._keys.add(session.key, unique_slug(text, session.key, self._keys.taken))
         elif state.flagged and not session.flagged:
@@ -785,7 +788,7 @@ class DataDirStore:
                 if self.on_committed is not None:
                     self.on_committed(done, written)
             except Exception:  # a later stage failing costs that stage, not the other sessions
-                log.exception("session %s: a stage after the data dir failed", done.session.key)
+                log.exception("session %s: a stage after the data dir failed", shown(done.session.key))
                 self.metrics.inc("wt_otel_pipeline_errors_total")
 
     # ------------------------------------------------------------------ rendering on demand
@@ -837,21 +840,7 @@ class DataDirStore:
 
     def _session_from_raw(self, key: str, slug: str) -> Session:
         """The Session the pipeline had when it kept these records: built again, with the stages' fields back."""
-        directory = self.sessions / slug
-        try:
-            meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
-            spans = read_records(directory / RAW_FILE)
-        except (OSError, ValueError, RecursionError) as e:
-            raise ValueError(f"session {slug}: cannot read its records in {directory}: {e}") from None
-        session = build_session(spans, key=key)
-        if session is None or not isinstance(meta, dict):
-            raise ValueError(f"session {slug}: {directory / RAW_FILE} holds no GenAI session")
-        session.complete = bool(meta.get("complete", True))
-        session.flagged, session.flag_ref = bool(meta.get("flagged")), meta.get("flag_ref")
-        session.flag_reason, session.flag_refs = meta.get("flag_reason"), list(meta.get("flag_refs") or [])
-        if isinstance(meta.get("warnings"), list):
-            session.warnings = [str(w) for w in meta["warnings"]]
-        return session
+        return session_from_records(self.sessions / slug, key)
 
     def _render_raw_locked(self, session: Session, slug: str) -> Written:
         dest = self.sessions / slug
@@ -875,40 +864,91 @@ class DataDirStore:
         `name` is the session's slug, its key, or its directory. ValueError when there is no such session.
         """
         with self._lock:
-            state = self._keys.get(name)
-            slug = state.slug if state is not None else Path(name).name
-            key = self._keys.key_of(slug)
-            directory = self.sessions / slug
-            kept = self._kept(key) if key is not None else None
-            if key is not None and kept in (RAW, INDEXED):  # rendered now, as the incident
-                session = self._indexed_session(key) if kept == INDEXED else self._session_from_raw(key, slug)
-                ref = ref or (session.flag_ref if session.flagged else None) or key
-                session.flagged, session.flag_ref, session.flag_reason = True, ref, reason
-                session.flag_refs = [ref]
-                return self._render_raw_locked(session, slug)
-            if key is None or not (directory / ENVELOPE).is_file():
-                raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {self._known()})")
-            env = json.loads((directory / ENVELOPE).read_text(encoding="utf-8"))
-            source = env.setdefault("source", {})
-            ref = ref or (source.get("ref") if source.get("flag") else None) or key
-            source["ref"], source["flag"] = ref, reason
-            _rewrite(directory / ENVELOPE, json.dumps(env, indent=2, ensure_ascii=False) + "\n")
-            scenario = directory / "scenario.yaml"
-            if scenario.is_file():
-                text = scenario.read_text(encoding="utf-8")
-                data = yaml.safe_load(text) or {}
-                tags = [t for t in data.get("tags") or [] if not str(t).startswith("origin:")]
-                data["tags"] = [f"origin:{ref}", *[t for t in tags if t != "unreviewed"], "unreviewed"]
-                _rewrite(scenario, "# flagged by hand (wt-otel flag); the skeleton's comments were dropped\n"
-                         + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
-            state = self._known_state(key)
-            revision = state.revision + 1
-            entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
-            if state.content is not None:  # the same records: a replay must not undo the flag with a "new" revision
-                entry["content"], entry["segment_pos"] = state.content, state.pos
-            self._append(entry)
-            self._known_state(key).revision = revision  # fetched again: appending may have used many keys
-            return Written(path=directory, slug=slug, revision=revision, entry=entry)
+            return self._flag_locked(name, ref, reason)[1]
+
+    def take_flag_requests(self) -> list[tuple[Session, Written]]:
+        """Flag what `wt-otel flag` asked for while this store held the data dir (serve: every tick).
+
+        The command cannot open the store (serve holds the lock), so it appends a request to
+        `flag-requests.ndjsonl`; here each is taken (under the file's lock, then the file is emptied) and
+        flagged as `flag` would. Returned: the sessions built for it (kept by reference or as records: the
+        default for an unflagged session), so serve runs them through the stages after the store
+        (auto-replay); one rendered before the flag is flagged in place and not returned (logged)."""
+        path = self.root / FLAG_REQUESTS
+        try:
+            if path.stat().st_size == 0:
+                return []
+        except FileNotFoundError:
+            return []
+        with open(path, "r+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # `Journal.append` takes it too: a request is never half-taken
+            try:
+                lines = f.read().splitlines()
+                f.truncate(0)
+                os.fsync(f.fileno())
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+        out: list[tuple[Session, Written]] = []
+        for raw in lines:
+            try:
+                request = json.loads(raw)
+                name, ref = str(request["session"]), request.get("ref")
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s: not a flag request, skipped: %r", FLAG_REQUESTS, raw[:200])
+                continue
+            try:
+                with self._lock:
+                    session, written = self._flag_locked(name, str(ref) if ref else None,
+                                                         "flagged by hand (wt-otel flag)")
+            except (ValueError, OSError) as e:
+                log.error("wt-otel flag %s: not flagged: %s", name, e)
+                continue
+            log.info("flagged %s as incident %s (revision %s), as `wt-otel flag` asked", written.path,
+                     shown(written.entry["flag_ref"]), written.revision)
+            if session is None:
+                log.warning("incident %s: rendered before it was flagged, so not queued for replay here; run it "
+                            "with `wt-otel run %s`", shown(written.entry["flag_ref"]), written.path)
+            else:
+                out.append((session, written))
+        return out
+
+    def _flag_locked(self, name: str, ref: str | None, reason: str) -> tuple[Session | None, Written]:
+        """`flag`, with the lock held: (the session when it was built to be rendered as the incident, written)."""
+        state = self._keys.get(name)
+        slug = state.slug if state is not None else Path(name).name
+        key = self._keys.key_of(slug)
+        directory = self.sessions / slug
+        kept = self._kept(key) if key is not None else None
+        if key is not None and kept in (RAW, INDEXED):  # rendered now, as the incident
+            session = self._indexed_session(key) if kept == INDEXED else self._session_from_raw(key, slug)
+            ref = ref or (session.flag_ref if session.flagged else None) or key
+            session.flagged, session.flag_ref, session.flag_reason = True, ref, reason
+            session.flag_refs = [ref]
+            return session, self._render_raw_locked(session, slug)
+        if key is None or not (directory / ENVELOPE).is_file():
+            raise ValueError(f"no session {name!r} in {self.sessions} (sessions: {self._known()})")
+        env = json.loads((directory / ENVELOPE).read_text(encoding="utf-8"))
+        source = env.setdefault("source", {})
+        ref = ref or (source.get("ref") if source.get("flag") else None) or key
+        source["ref"], source["flag"] = ref, reason
+        _rewrite(directory / ENVELOPE, json.dumps(env, indent=2, ensure_ascii=False) + "\n")
+        scenario = directory / "scenario.yaml"
+        if scenario.is_file():
+            text = scenario.read_text(encoding="utf-8")
+            data = yaml.safe_load(text) or {}
+            tags = [t for t in data.get("tags") or [] if not str(t).startswith("origin:")]
+            data["tags"] = [f"origin:{ref}", *[t for t in tags if t != "unreviewed"], "unreviewed"]
+            _rewrite(scenario, "# flagged by hand (wt-otel flag); the skeleton's comments were dropped\n"
+                     + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        state = self._known_state(key)
+        revision = state.revision + 1
+        entry = self._entry_from(key, slug, revision, env.get("provenance") or {}, source, env)
+        if state.content is not None:  # the same records: a replay must not undo the flag with a "new" revision
+            entry["content"], entry["segment_pos"] = state.content, state.pos
+        self._append(entry)
+        self._known_state(key).revision = revision  # fetched again: appending may have used many keys
+        return None, Written(path=directory, slug=slug, revision=revision, entry=entry)
+
     def _defer(self, session: Session, spans: object, reason: str, first: bool = False) -> None:
         """Keep the session for `retry_deferred`; a later revision of the same key replaces it."""
         self._deferred.pop(session.key, None)
@@ -944,10 +984,10 @@ class DataDirStore:
             if isinstance(e, OSError) and e.errno in DISK_ERRORS:
                 self._defer(session, spans, f"{os.strerror(e.errno)} writing the quarantine")
                 return None
-            log.exception("session %s: not written (%s) and cannot be quarantined", session.key, reason)
+            log.exception("session %s: not written (%s) and cannot be quarantined", shown(session.key), shown(reason))
             self.metrics.inc("wt_otel_sessions_lost_total")
             return None
-        log.error("session %s quarantined in %s: %s", session.key, dest, reason)
+        log.error("session %s quarantined in %s: %s", shown(session.key), dest, shown(reason))
         self.metrics.inc("wt_otel_sessions_quarantined_total")
         return dest
 
@@ -995,8 +1035,10 @@ class DataDirStore:
         """One line (or a batch: one write(2) each, one fsync for all) fsynced before the write counts (the
         journal's rule); the lines of sessions kept by reference since the last batch go first."""
         entries = entry if isinstance(entry, list) else [entry]
+        crash_point("index.appending")
         # a lone surrogate in an id, say (the lines of sessions kept by reference are safe as built)
         self._append_lines([encode_line(safejson.sanitize(e)) for e in entries])
+        crash_point("index.appended")
         for e in entries:  # the key table remembers a flag: later revisions are the same incident (`_state_for`)
             if e.get("flagged") and (state := self._keys.get(e["key"])) is not None:
                 state.note_flag(e)
@@ -1074,6 +1116,42 @@ class DataDirStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def session_from_segments(root: Path, entry: dict[str, Any], key: str) -> Session:
+    """A session kept by reference, built from the segment-log entries its index line names (read-only: what
+    `render` writes and what the session store (exporters/store.py) shows without writing)."""
+    try:
+        refs = [SpanRefs("", None, int(pos), [int(n) for n in ordinals])
+                for pos, ordinals in entry.get("segments") or []]
+        spans = spans_of(Path(root) / SEGMENT_DIR, refs)
+    except (ValueError, TypeError, OSError) as e:
+        raise ValueError(f"session {entry.get('slug')}: cannot read its spans back from the segment log: {e}") from None
+    session = build_session(attach_logs(spans), key=key)
+    if session is None:
+        raise ValueError(f"session {entry.get('slug')}: its spans hold no GenAI session")
+    session.complete = bool(entry.get("complete", True))
+    session.warnings.extend(str(w) for w in entry.get("warnings") or [])
+    return session
+
+
+def session_from_records(directory: Path, key: str) -> Session:
+    """A session kept as records (`records.otlp.pb` + `session.json`), built again with the stages' fields back."""
+    slug = directory.name
+    try:
+        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        spans = read_records(directory / RAW_FILE)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"session {slug}: cannot read its records in {directory}: {e}") from None
+    session = build_session(spans, key=key)
+    if session is None or not isinstance(meta, dict):
+        raise ValueError(f"session {slug}: {directory / RAW_FILE} holds no GenAI session")
+    session.complete = bool(meta.get("complete", True))
+    session.flagged, session.flag_ref = bool(meta.get("flagged")), meta.get("flag_ref")
+    session.flag_reason, session.flag_refs = meta.get("flag_reason"), list(meta.get("flag_refs") or [])
+    if isinstance(meta.get("warnings"), list):
+        session.warnings = [str(w) for w in meta["warnings"]]
+    return session
 
 
 def _line_field(raw: bytes, name: str) -> str | None:
@@ -1202,7 +1280,7 @@ class DataDirStage:
         try:
             written = self.store.render(key)
         except (ValueError, OSError) as e:
-            log.warning("session %s: not rendered for its flagged continuation: %s", key, e)
+            log.warning("session %s: not rendered for its flagged continuation: %s", shown(key), e)
             return
         if written is not None and not self.ctx.quiet:
             self.ctx.emit(f"rendered {written.path} (revision {written.revision}): its continuation was flagged")
@@ -1211,7 +1289,7 @@ class DataDirStage:
         session = done.session
         if not self.ctx.quiet:
             state = "complete" if session.complete else "INCOMPLETE"
-            flag = f", flagged {session.flag_ref}" if session.flagged else ""
+            flag = f", flagged {shown(session.flag_ref)}" if session.flagged else ""
             kept = "" if written.entry.get("rendered", True) else ", records only: wt-otel sessions render"
             self.ctx.emit(f"wrote {written.path} (revision {written.revision}, {state}{flag}{kept})")
         if session.flagged and "~" in session.key:

@@ -40,6 +40,7 @@ from pydantic import field_validator
 
 from wt_otel._util.fsutil import unique_slug
 from wt_otel._util.otlp_env import resolve_otlp
+from wt_otel._util.terminal import shown
 from wt_otel.components import CompletedSession, StageContext, StageType, load_plugin
 from wt_otel.components import load as load_component
 from wt_otel.model.session import Session
@@ -186,11 +187,11 @@ class AutoReplay:
         target = self.target_for(session)
         if target is None:  # kept in the data dir and said; never replayed against another service's agent
             configured = ", ".join(p for t in self.targets for p in t.services) or "none"
-            why = (f"no replay target for service {session.service_name or '(unknown)'} (replay.services / "
+            why = (f"no replay target for service {shown(session.service_name or '(unknown)')} (replay.services / "
                    f"--replay-service name the services the agent at {self.endpoint} serves; configured: "
                    f"{configured})")
             self.queue.refuse(ref, why)
-            self.warn(f"incident {ref} NOT replayed: {why}; its session stays in the data dir")
+            self.warn(f"incident {shown(ref)} NOT replayed: {why}; its session stays in the data dir")
             self.metrics.inc("wt_otel_replay_skipped_total", reason="no_target")
             return
         admission = self.queue.admit(ref)
@@ -218,7 +219,7 @@ class AutoReplay:
                                  import_ms=_ms(t0))
         self.metrics.inc("wt_otel_replays_queued_total")
         self._depth()
-        self.emit(f"queued incident {ref} for replay: {self.data_dir / job.scenario} (unreviewed; outcome "
+        self.emit(f"queued incident {shown(ref)} for replay: {self.data_dir / job.scenario} (unreviewed; outcome "
                   f"{' + '.join(self.config.outcome_scorers)}; {self.queue.pending} pending)")
 
     def on_session(self, done: CompletedSession) -> None:
@@ -235,7 +236,7 @@ class AutoReplay:
 
     def _refuse(self, ref: str, reason: str) -> None:
         self.queue.refuse(ref, reason)
-        self.warn(f"incident {ref} NOT queued for replay: {reason}; its session stays in the data dir "
+        self.warn(f"incident {shown(ref)} NOT queued for replay: {shown(reason)}; its session stays in the data dir "
                   "(replay it by hand: wt-otel import / wt-otel run)")
         self.metrics.inc("wt_otel_replay_refused_total")
 
@@ -309,8 +310,8 @@ class AutoReplay:
             self.metrics.inc("wt_otel_replay_errors_total")
         self._depth()
         detail = f": {row.detail}" if row.detail else ""
-        self.emit(f"replayed incident {job.ref}: {row.verdict}{detail}{note}; traces {sweep.directory}/; ledger "
-                  f"{ledger}; result spans {exported or self.results_target}")
+        self.emit(f"replayed incident {shown(job.ref)}: {row.verdict}{shown(detail)}{note}; traces "
+                  f"{sweep.directory}/; ledger {ledger}; result spans {exported or self.results_target}")
 
     def _close_interrupted(self, job: Job, reason: str) -> None:
         """An ERROR trace, ledger row and spans for a replay that never finished, then its `done` line."""

@@ -13,8 +13,11 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Protocol
+
+from wt_otel._util.hooks import crash_point
 
 _UNSAFE = re.compile(r"[^a-z0-9]+")
 MAX_SLUG = 48
@@ -24,6 +27,32 @@ def safe_slug(text: str, fallback: str = "session") -> str:
     """A lowercase `[a-z0-9-]` slug of at most 48 characters; never empty, never a dot name."""
     slug = _UNSAFE.sub("-", str(text).lower()).strip("-")[:MAX_SLUG].strip("-")
     return slug or fallback
+
+
+# an id that says nothing to a reader: a trace id, a UUID, `conv_<hex>`; its hex part gives the short id
+_OPAQUE = re.compile(r"(?:[a-z]{1,8}[-_:])?([0-9a-f][0-9a-f-]{14,}[0-9a-f])")
+_WORD = re.compile(r"[a-z0-9]+")
+MAX_WORDS = 39  # characters of first-turn words in a name: with "-" and an 8-character short id, <= MAX_SLUG
+
+
+def readable_name(ident: str, first_turn: str | None) -> str:
+    """A scenario's or session's name: `ident` when it reads as one (`inc-2026-1129-8`, `conv-bluewing`);
+    an opaque id (a trace id, a UUID) becomes the first user turn's words plus a short id taken from it
+    (`where-is-order-a-1-55556666`), so a folder says what the conversation was about and still points
+    at its trace. Deterministic; only `[a-z0-9-]`, at most MAX_SLUG characters (trace text is untrusted).
+    """
+    match = _OPAQUE.fullmatch(str(ident).strip().lower())
+    if match is None:
+        return safe_slug(ident)
+    short = match.group(1).replace("-", "")[-8:]  # the tail: time-ordered ids (UUIDv7, X-Ray) differ there
+    ascii_text = unicodedata.normalize("NFKD", first_turn or "").encode("ascii", "ignore").decode().lower()
+    words = ""
+    for word in _WORD.findall(ascii_text):
+        candidate = f"{words}-{word}" if words else word[:MAX_WORDS]
+        if len(candidate) > MAX_WORDS:
+            break
+        words = candidate
+    return f"{words or 'session'}-{short}"
 
 
 class Taken(Protocol):
@@ -98,6 +127,7 @@ def write_directory(dest: Path, files: dict[str, str | bytes], force: bool = Fal
                     os.fsync(f.fileno())
         if durable:
             fsync_dir(tmp)
+        crash_point("directory.built")
         _into_place(tmp, dest, durable)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -117,11 +147,16 @@ def _into_place(tmp: Path, dest: Path, durable: bool) -> None:
     if dest.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
         os.rename(dest, old / "d")
+        crash_point("directory.swapping")
         os.rename(tmp, dest)
+        crash_point("directory.renamed")
         if durable:
             fsync_dir(dest.parent)
+        crash_point("directory.placed")
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, dest)
+        crash_point("directory.renamed")
         if durable:
             fsync_dir(dest.parent)
+        crash_point("directory.placed")

@@ -6,6 +6,9 @@ the module is imported (never exec'd from text), the attribute must be a
 callable that is not a class, and every failure is a `HookError` saying which
 hook, what was wrong and how to fix it. A hook that raises while running is
 the caller's to catch (a synthesize hook's failure is that call's failure).
+
+Also here: `crash_point`, the fault-injection seam the kill-loop tests use to stop
+the process (as kill -9 would) at a named step of a durable write.
 """
 
 from __future__ import annotations
@@ -22,6 +25,25 @@ from types import ModuleType
 from typing import Any
 
 _SPEC = re.compile(r"(?P<module>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)\Z")
+
+
+CRASH_AT = "WT_OTEL_CRASH_AT"  # STEP or STEP:N: `os._exit(137)` the Nth time STEP is reached (tests only)
+_reached: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """Stop the process at once, as kill -9 would (no cleanup, no flush), when `WT_OTEL_CRASH_AT` names
+    this step (and this is its Nth arrival). Read per call, so a test can set it in a forked child; unset,
+    it costs one environment lookup."""
+    at = os.environ.get(CRASH_AT)
+    if not at:
+        return
+    name, _, nth = at.partition(":")
+    if name != step:
+        return
+    _reached[step] = _reached.get(step, 0) + 1
+    if _reached[step] >= (int(nth) if nth.isdigit() else 1):
+        os._exit(137)
 
 
 class HookError(ValueError):

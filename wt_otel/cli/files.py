@@ -131,6 +131,9 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
         click.echo(f"error: {err}", err=True)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if report.stale_staging:
+        click.echo(f"removed {len(report.stale_staging)} staging folder(s) an interrupted import left in {out}: "
+                   f"{', '.join(report.stale_staging[:5])}", err=True)
     if report.why_none:
         click.echo(f"error: no GenAI session found: {report.why_none}", err=True)
         ctx.exit(1)

@@ -14,11 +14,12 @@ from typing import Any
 
 from wt_otel.ingest import dialects
 from wt_otel.ingest.messages import looks_serialized
+from wt_otel.ingest.otlp import ESCAPED_TEXT
 from wt_otel.model.session import LLMCall, Session
 from wt_otel.model.spans import SpanRecord
 
 KINDS = ("no_user_turn", "serialized_turn", "unread_attributes", "content_off", "tool_call_without_result",
-         "unknown_shape")
+         "unknown_shape", "text_escaped")
 
 # Where conversation content usually sits, in any convention: a span carrying one of these that no
 # dialect read is reported by name.
@@ -162,6 +163,14 @@ def diagnose(session: Session, spans: list[SpanRecord], calls: list[LLMCall], un
                 warn(session, Diagnostic(
                     "tool_call_without_result", f"tool call {p.get('name')!r} ({p.get('id')}) has no result in "
                     "the transcript and no tool span witnessed one: the universe cannot answer it"))
+    for span in spans:
+        events = ((e.attributes, f"event {e.name!r} of span") for e in span.events)
+        for holder, what in [(span.attributes, "span"), *events]:
+            if isinstance(escaped := holder.get(ESCAPED_TEXT), str):
+                warn(session, Diagnostic(
+                    "text_escaped", f"{what} {span.name!r} ({span.span_id}): {escaped} held text that is not valid "
+                    "Unicode (a lone surrogate: the producer cut a character in half); kept with each surrogate as "
+                    "its \\udXXX escape text", span.span_id, ESCAPED_TEXT))
     strong = not session.messages or not session.user_turns
     unread_ids = {s.span_id for s in unread}
     read_traces = {s.trace_id for s in spans if s.span_id not in unread_ids}

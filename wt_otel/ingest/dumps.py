@@ -11,6 +11,7 @@ costs time, not memory.
 from __future__ import annotations
 
 import calendar
+import codecs
 import gzip
 import hashlib
 import json
@@ -111,6 +112,9 @@ def _close(fh: IO[bytes]) -> None:
         inner.close()
 
 
+_BOM = codecs.BOM_UTF8
+
+
 def _lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
     """(1-based line number, bytes) per line; bytes is None for a line over `max_bytes`.
 
@@ -122,6 +126,8 @@ def _lines(fh: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | None]]:
         if not line:
             return
         lineno += 1
+        if lineno == 1 and line.startswith(_BOM):  # Windows tools (PowerShell's Out-File, Notepad) write one
+            line = line[len(_BOM):]
         if len(line) > max_bytes and not line.endswith(b"\n"):
             del line
             while True:
@@ -207,7 +213,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     proto_hint = name.endswith(_PROTO_SUFFIXES)
     fh = _open(path)
     try:
-        head = fh.read(_SNIFF_BYTES)
+        head = fh.read(_SNIFF_BYTES).removeprefix(_BOM)
         if head.lstrip().startswith(b"{"):
             if f'"{contract_a.VERSION_KEY}"'.encode() in head:
                 return "wtin"

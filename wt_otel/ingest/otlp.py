@@ -15,13 +15,21 @@ Two decoders with one output:
 
 The resource dict is shared by all records of one resource: treat it as
 read-only (copy before changing it).
+
+Text JSON can carry and UTF-8 cannot: a lone surrogate (`"\\ud83d"`, a JS SDK
+cutting an emoji in half) decodes to a Python str that no protobuf, file or
+socket accepts. The JSON decoders keep such text escaped (the surrogate becomes
+its `\\udXXX` escape text) and name what was escaped in the record's
+`wt_otel.escaped_text` attribute, which the session turns into a warning: one
+producer's broken string never costs the batch it came in.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -35,9 +43,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 from wt_otel.model.spans import Event, Link, LogRecord, SpanRecord
 
 __all__ = [
+    "ESCAPED_TEXT",
     "OtlpJsonError",
     "check_protobuf_backend",
+    "escape_lone_surrogates",
     "logs_from_json",
+    "may_hold_lone_surrogates",
     "logs_from_request",
     "pb_attrs",
     "spans_from_json",
@@ -50,6 +61,10 @@ _STATUSES = ("UNSET", "OK", "ERROR")
 # `event_name` arrived in opentelemetry-proto 1.5; older builds lack the field.
 _HAS_EVENT_NAME = "event_name" in _PbLogRecord.DESCRIPTOR.fields_by_name
 _SCALARS = frozenset({"string_value", "bool_value", "int_value", "double_value", "bytes_value"})
+# the attribute that says which of a record's fields held text UTF-8 cannot encode (kept escaped)
+ESCAPED_TEXT = "wt_otel.escaped_text"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the only way JSON text can carry a lone surrogate
 
 
 def check_protobuf_backend() -> str:
@@ -461,27 +476,107 @@ def _json_log(r: Any, resource: dict[str, Any], scope_name: str) -> LogRecord:
     )
 
 
-def spans_from_json(obj: dict[str, Any]) -> Iterator[SpanRecord]:
+# what a caller is told of a record that could not be converted for a reason no shape check foresaw:
+# (the record's JSON, where it was, why); the record is skipped, the rest of the request is not
+Quarantine = Callable[[Any, str, str], None]
+
+
+def spans_from_json(obj: dict[str, Any], *, escape: bool = True,
+                    quarantine: Quarantine | None = None) -> Iterator[SpanRecord]:
     """Spans of one OTLP/JSON traces request (`{"resourceSpans": [...]}`).
 
     Raises `OtlpJsonError` (a ValueError) naming the JSON path of a wrong shape;
     spans before the error have been yielded, so collect with `list()` to get
-    all-or-nothing.
+    all-or-nothing. Lone surrogates are kept escaped (`escape=False`: the caller
+    knows there are none, `may_hold_lone_surrogates`). With `quarantine`, a span
+    whose conversion raises anything else is handed to it and skipped.
     """
-    return _json_records(obj, ("resourceSpans", "resource_spans"), _SCOPE_SPANS_KEYS, ("spans",), _json_span)
+    return _json_records(obj, ("resourceSpans", "resource_spans"), _SCOPE_SPANS_KEYS, ("spans",), _json_span,
+                         escape, quarantine)
 
 
-def logs_from_json(obj: dict[str, Any]) -> Iterator[LogRecord]:
+def logs_from_json(obj: dict[str, Any], *, escape: bool = True,
+                   quarantine: Quarantine | None = None) -> Iterator[LogRecord]:
     """Log records of one OTLP/JSON logs request (`{"resourceLogs": [...]}`).
 
-    Errors and partial output as in `spans_from_json`.
+    Errors, partial output, escaping and `quarantine` as in `spans_from_json`.
     """
     return _json_records(obj, ("resourceLogs", "resource_logs"), _SCOPE_LOGS_KEYS, ("logRecords", "log_records"),
-                         lambda rec, resource, scope: _json_log(rec, resource, scope[0]))
+                         lambda rec, resource, scope: _json_log(rec, resource, scope[0]), escape, quarantine)
+
+
+def may_hold_lone_surrogates(data: bytes) -> bool:
+    """False when JSON text `data` cannot decode to a lone surrogate (it has no `\\ud8xx`-`\\udfxx` escape):
+    the decoders may then skip looking for them."""
+    return _SURROGATE_ESCAPE.search(data) is not None
+
+
+def _escape_text(s: str) -> str | None:
+    """`s` with each lone surrogate as its escape text (`\\ud83d`); None when it has none."""
+    if s.isascii() or _SURROGATE.search(s) is None:
+        return None
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _escape_in_place(container: dict[Any, Any] | list[Any]) -> bool:
+    """Escape every lone surrogate in the keys and strings of `container`, in place, iteratively (hostile
+    nesting cannot overflow the stack); whether anything changed."""
+    changed = False
+    stack: list[dict[Any, Any] | list[Any]] = [container]
+    while stack:
+        c = stack.pop()
+        items = list(c.items()) if isinstance(c, dict) else list(enumerate(c))
+        for k, v in items:
+            if isinstance(v, str):
+                if (fixed := _escape_text(v)) is not None:
+                    c[k] = fixed
+                    changed = True
+            elif isinstance(v, dict | list):
+                stack.append(v)
+            if isinstance(c, dict) and isinstance(k, str) and (key := _escape_text(k)) is not None:
+                c[key] = c.pop(k)
+                changed = True
+    return changed
+
+
+def _escape_attrs(attrs: dict[str, Any], prefix: str, where: list[str]) -> None:
+    for key in list(attrs):
+        holder = [attrs[key]]
+        fixed_key = _escape_text(key)
+        if _escape_in_place(holder) or fixed_key is not None:
+            where.append(f"{prefix}.{fixed_key or key}")
+            if fixed_key is not None:
+                del attrs[key]
+            attrs[fixed_key or key] = holder[0]
+
+
+def escape_lone_surrogates(record: SpanRecord | LogRecord) -> list[str]:
+    """Escape every lone surrogate in `record` (not its shared resource), in place; where they were."""
+    where: list[str] = []
+    for name in ("name", "status_message", "scope_name", "scope_version", "event_name", "severity_text"):
+        value = getattr(record, name, None)
+        if isinstance(value, str) and (fixed := _escape_text(value)) is not None:
+            setattr(record, name, fixed)
+            where.append(name)
+    _escape_attrs(record.attributes, "attributes", where)
+    if isinstance(record, LogRecord):
+        body = [record.body]
+        if _escape_in_place(body):
+            record.body = body[0]
+            where.append("body")
+        return where
+    for i, event in enumerate(record.events):
+        if (fixed := _escape_text(event.name)) is not None:
+            event.name = fixed
+            where.append(f"events[{i}].name")
+        _escape_attrs(event.attributes, f"events[{i}].attributes", where)
+    for i, link in enumerate(record.links):
+        _escape_attrs(link.attributes, f"links[{i}].attributes", where)
+    return where
 
 
 def _json_records(obj: Any, resource_keys: tuple[str, ...], scope_keys: tuple[str, ...], leaf_keys: tuple[str, ...],
-                  make: Any) -> Iterator[Any]:
+                  make: Any, escape: bool = True, quarantine: Quarantine | None = None) -> Iterator[Any]:
     """Walk resource -> scope -> records for either signal; an error names its JSON path."""
     if not isinstance(obj, dict):
         raise OtlpJsonError(f"an OTLP/JSON request must be an object, not {type(obj).__name__}")
@@ -490,6 +585,8 @@ def _json_records(obj: Any, resource_keys: tuple[str, ...], scope_keys: tuple[st
         try:
             r = _obj(r, f"{resource_keys[0]} item")
             resource = _json_resource(r)
+            # the resource is built here, not yet shared: escaped once, said on each of its records
+            in_resource = ["resource"] if escape and _escape_in_place(resource) else []
             s_key, scopes = _list(r, *scope_keys)
             for j, sc in enumerate(scopes):
                 try:
@@ -499,8 +596,18 @@ def _json_records(obj: Any, resource_keys: tuple[str, ...], scope_keys: tuple[st
                     for k, leaf in enumerate(leaves):
                         try:
                             record = make(leaf, resource, scope)
+                            if escape and (escaped := escape_lone_surrogates(record) + in_resource):
+                                record.attributes[ESCAPED_TEXT] = ", ".join(escaped)
                         except OtlpJsonError as e:
                             raise e.at(f"{leaf_key}[{k}]") from None
+                        except RecursionError:
+                            raise
+                        except Exception as e:  # noqa: BLE001 - one record's unforeseen failure is that record's
+                            if quarantine is None:
+                                raise
+                            quarantine(leaf, f"{r_key}[{i}].{s_key}[{j}].{leaf_key}[{k}]",
+                                       f"{type(e).__name__}: {e}")
+                            continue
                         yield record
                 except OtlpJsonError as e:
                     raise e.at(f"{s_key}[{j}]") from None

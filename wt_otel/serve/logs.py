@@ -5,6 +5,12 @@
 (`time`, `level`, `logger`, `message`) for a log shipper. Records below
 WARNING go to stdout, WARNING and above to stderr, as before the log had
 levels, so `wt-otel serve | grep wrote` and `2>errors.log` keep working.
+
+Lines carry text from telemetry (incident ids, session names, span names):
+both formats escape every control character of a message but its newlines
+(`wt_otel._util.terminal.shown_lines`), so an escape sequence in a trace
+never reaches the terminal; call sites escape the telemetry they embed with
+`shown()`, newlines included, so it cannot forge a line either.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import logging
 import sys
 import time
 from typing import Literal, TextIO
+
+from wt_otel._util.terminal import shown_lines
 
 __all__ = ["LEVELS", "configure", "serve_log"]
 
@@ -31,7 +39,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         name = "" if record.name == serve_log.name else f"{record.name}: "
-        line = f"{_timestamp(record.created)} {record.levelname:<7} {name}{record.getMessage()}"
+        line = f"{_timestamp(record.created)} {record.levelname:<7} {name}{shown_lines(record.getMessage())}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -40,7 +48,7 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {"time": _timestamp(record.created), "level": record.levelname, "logger": record.name,
-                 "message": record.getMessage()}
+                 "message": shown_lines(record.getMessage())}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

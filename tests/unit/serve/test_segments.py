@@ -23,7 +23,17 @@ from wt_otel.ingest.dumps import read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
 from wt_otel.model.spans import SpanRecord
 from wt_otel.serve.config import AssemblerConfig, DurabilityConfig, ReceiversConfig, ServeConfig
-from wt_otel.serve.segments import CHECKPOINT, SEGMENTS, SegmentFull, SegmentLog, SegmentUnavailable, Ticket, split
+from wt_otel.serve.segments import (
+    CHECKPOINT,
+    HEADER_FRAME,
+    SEGMENTS,
+    TRAILER,
+    SegmentFull,
+    SegmentLog,
+    SegmentUnavailable,
+    Ticket,
+    split,
+)
 from wt_otel.serve.server import Server
 
 
@@ -95,8 +105,9 @@ def test_an_acknowledged_request_is_in_a_segment_that_import_reads(tmp_path: Pat
         assert [r.event_name for r in read_dump(logfile)] == ["gen_ai.user.message"]
         # the OTLP/JSON request was stored as protobuf: one format in the log
         frames = traces.read_bytes()
-        n = int.from_bytes(frames[:4], "big")
-        second = frames[4 + n:]
+        assert frames.startswith(HEADER_FRAME)  # format 2: a header frame (an empty request to any reader) first
+        n = int.from_bytes(frames[len(HEADER_FRAME):len(HEADER_FRAME) + 4], "big")
+        second = frames[len(HEADER_FRAME) + 4 + n:]
         request = ExportTraceServiceRequest.FromString(second[4:4 + int.from_bytes(second[:4], "big")])
         assert {s.span_id.hex() for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans} == \
             {s.span_id for s in spans}
@@ -210,7 +221,9 @@ def test_a_failed_fsync_refuses_the_requests_it_covered_and_cuts_them_off(tmp_pa
 
 def test_past_the_byte_cap_new_data_is_refused_with_retry_info(tmp_path: Path) -> None:
     body = session(1)
-    server = Server(config(tmp_path, max_bytes=2 * len(body) + 10), quiet=True).start()
+    # two frames (length, request, checksum) and the file's header frame, and a little room
+    cap = 2 * (len(body) + 4 + TRAILER) + len(HEADER_FRAME) + 2
+    server = Server(config(tmp_path, max_bytes=cap), quiet=True).start()
     try:
         assert post(server, body)[0] == 200
         assert post(server, session(2))[0] == 200
@@ -315,7 +328,7 @@ def test_one_fsync_acknowledges_many_appends(tmp_path: Path) -> None:
 
 
 def test_the_log_refuses_past_its_cap_and_after_close(tmp_path: Path) -> None:
-    log = SegmentLog(tmp_path, max_bytes=10)
+    log = SegmentLog(tmp_path, max_bytes=len(HEADER_FRAME) + 4 + 5 + TRAILER + 10)  # room for one frame, not two
     log.wait(log.append("traces", b"12345"))
     with pytest.raises(SegmentFull, match="max_bytes"):
         log.append("traces", b"12345")
