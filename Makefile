@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fuzz test-ui ui-env lint fixtures bench clean
+.PHONY: install demo test test-fuzz test-package test-ui ui-env lint fixtures bench clean
 
 # The tracing UI of `make test-ui` lives in its own venv: Phoenix is heavy and pins many packages.
 UI_VENV         ?= .venv-ui
@@ -35,6 +35,11 @@ test: $(STAMP)
 ## above uses the fast profile. WT_OTEL_FUZZ_EXAMPLES sets examples per property (default 1500).
 test-fuzz: $(STAMP)
 	$(BIN)/pytest -q -m fuzz tests/fuzz
+
+## test-package: build the wheel, install it into a fresh venv outside the checkout, run the README quickstart
+## from an empty directory (marker `package`, ~30 s)
+test-package: $(STAMP)
+	$(BIN)/pytest -q -m package tests/e2e/test_wheel_quickstart.py
 
 ## ui-env: Arize Phoenix in $(UI_VENV) (once; the stamp names the version); Chromium comes from apt (.ci/run)
 $(UI_STAMP):

@@ -7,7 +7,9 @@ at values, so it costs a few string prefix checks per record.
 A record is GenAI when it carries a GenAI attribute key (the table in
 `wt_otel.ingest.keys`, shared with the rotel hooks), a GenAI span name
 (`chat ...`, `execute_tool ...`, `invoke_agent ...`),
-a `gen_ai.*` span event, or is a `gen_ai.*` log event. Once a record of a
+a `gen_ai.*` span event, or is a `gen_ai.*` log event; or when it names a
+conversation (`session.id`, any of `CONVERSATION_KEYS`) and carries user
+feedback (a thumbs-down sent on its own, with only the session id). Once a record of a
 trace is GenAI, the trace id goes into a bounded LRU and every other record
 of that trace is kept too: a root `invoke_agent` or workflow span often has
 no gen_ai attribute, and the assembler needs it to know the session ended.
@@ -33,10 +35,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
 
 from wt_otel.components import StageContext, StageType
-from wt_otel.ingest.keys import GENAI_KEY_PREFIXES, GENAI_KEYS, GENAI_SPAN_NAME_PREFIXES, is_genai_event_name
+from wt_otel.ingest.flags import FEEDBACK_KEYS
+from wt_otel.ingest.keys import (
+    CONVERSATION_KEYS,
+    GENAI_KEY_PREFIXES,
+    GENAI_KEYS,
+    GENAI_SPAN_NAME_PREFIXES,
+    is_genai_event_name,
+)
 from wt_otel.model.spans import LogRecord, Record, SpanRefs
 from wt_otel.serve.config import FilterConfig
 from wt_otel.serve.metrics import Metrics
@@ -49,16 +59,31 @@ SPAN_NAME_PREFIXES = GENAI_SPAN_NAME_PREFIXES
 
 
 def is_genai(record: Record) -> bool:
-    """Whether this record on its own carries GenAI evidence (keys and names only)."""
+    """Whether this record on its own carries GenAI evidence (keys and names only).
+
+    A record that names a conversation (`session.id`, ... : `CONVERSATION_KEYS`) and carries user feedback
+    (a key of the default flag rules) counts too: a thumbs-down sent as its own span, with only the session
+    id, is what flags that session, and `wt-otel import` reads it so."""
+    conversation = False
     for key in record.attributes:
         if key.startswith(PREFIXES) or key in KEYS:
             return True
+        conversation = conversation or key in _CONVERSATION_KEYS
     if isinstance(record, LogRecord):
         name = record.event_name or str(record.attributes.get("event.name") or "")
-        return is_genai_event_name(name)
+        return is_genai_event_name(name) or (conversation and _feedback(record.attributes))
     if record.name.startswith(SPAN_NAME_PREFIXES):
         return True
-    return any(is_genai_event_name(e.name) for e in record.events)
+    return any(is_genai_event_name(e.name) for e in record.events) or (conversation and (
+        _feedback(record.attributes) or any(_feedback(e.attributes) for e in record.events)))
+
+
+_CONVERSATION_KEYS = frozenset(CONVERSATION_KEYS)
+
+
+def _feedback(attributes: Mapping[str, object]) -> bool:
+    """Whether any key is a feedback key of the default flag rules (the span index's marks)."""
+    return any(fnmatchcase(k, p) for k in attributes for p in FEEDBACK_KEYS)
 
 
 class GenAIFilter:

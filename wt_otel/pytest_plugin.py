@@ -1,5 +1,8 @@
 """A pytest plugin: `pytest --wt-scenarios DIR` runs each scenario as a test item.
 
+DIR may be serve's data dir: its incidents (flagged sessions, listed by the data dir's session store) are
+the items, each once.
+
 Teams gate merges with the test runner they already have (its `-k`, `-x`,
 `--junitxml`, xdist-free reporting), so each scenario under DIR becomes one
 item that replays it through the configured runtime, exactly as `wt-otel run`
@@ -28,7 +31,8 @@ _STATE = pytest.StashKey["_WtSession"]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("wt-otel", "wt-otel scenario replay")
     group.addoption("--wt-scenarios", action="append", default=[], metavar="DIR",
-                    help="Collect every scenario directory under DIR as a test item (repeatable).")
+                    help="Collect every scenario directory under DIR as a test item (repeatable); a data dir: "
+                         "its incidents.")
     group.addoption("--wt-runtime", default="http_inject", metavar="SPEC",
                     help="http_inject (a Contract C endpoint), python:MODULE:ATTR or MODULE:ATTR [http_inject].")
     group.addoption("--wt-inject-url", default=None, metavar="URL",
@@ -38,9 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--wt-runs-dir", default="runs", metavar="DIR",
                     help="Where traces and the ledger go [runs].")
     group.addoption("--wt-universe-port", default=None, type=int, metavar="PORT",
-                    help="Universe MCP server port (0: a free one) [8648].")
+                    help="Universe MCP server port [0: a free one, named in every /wt/reset and $WT_UNIVERSE_URL].")
     group.addoption("--wt-llm-port", default=None, type=int, metavar="PORT",
-                    help="Cassette server port (0: a free one) [8649].")
+                    help="Cassette server port [0: a free one, named in every /wt/reset and $WT_LLM_BASE_URL].")
     group.addoption("--wt-label", default=None, metavar="L", help="A label recorded in traces and the ledger.")
 
 
@@ -131,7 +135,7 @@ class ScenarioCollector(pytest.Collector):
         from wt_otel.replay.scenarios import NoScenarios, find_scenarios, load_scenario_dir
 
         try:
-            found = find_scenarios(self.dirs)
+            found = find_scenarios([p for d in self.dirs for p in _incidents_or(d)])
         except NoScenarios as exc:
             raise pytest.UsageError(f"--wt-scenarios: {exc}") from exc
         items: list[pytest.Item] = []
@@ -144,6 +148,26 @@ class ScenarioCollector(pytest.Collector):
             taken.add(unique)
             items.append(ScenarioItem.from_parent(self, name=unique, scenario_dir=d, position=f"[{n}/{len(found)}]"))
         return items
+
+
+def _incidents_or(path: Path) -> list[Path]:
+    """A data dir (what `wt-otel serve` writes) stands for its incidents: the flagged sessions its session
+    store lists (exporters/store.py), each once, not again as its auto-replay copy under scenarios/, and not
+    the unflagged sessions beside them. Any other path stands for itself."""
+    from wt_otel.components import load
+
+    if not (path / "sessions.ndjsonl").is_file():
+        return [path]
+    store = load("exporters", "sessions")(path)
+    incidents = [s for s in store.list() if s.flagged]
+    if not incidents:
+        raise pytest.UsageError(f"--wt-scenarios: {path} is a data dir without an incident (flag one with "
+                                f"`wt-otel flag SESSION --data-dir {path}`)")
+    kept = [s.slug for s in incidents if not s.rendered]
+    if kept:  # serve renders incidents as they come: only a damaged or foreign index gets here
+        raise pytest.UsageError(f"--wt-scenarios: incidents in {path} not rendered yet: {', '.join(kept)} "
+                                f"(`wt-otel sessions render --all --data-dir {path}`)")
+    return [store.directory(s) for s in incidents]
 
 
 @pytest.hookimpl(tryfirst=True)

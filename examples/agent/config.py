@@ -34,12 +34,15 @@ class AgentConfig:
     model: str = DEFAULT_MODEL
     instructions: str = DEFAULT_INSTRUCTIONS
     agent_name: str = DEFAULT_AGENT_NAME
-    # telemetry: either destination turns it on (see telemetry.py)
+    # telemetry: either destination turns it on (see wt_otel/recording.py)
     otlp_endpoint: str | None = None  # the traces URL itself (".../v1/traces" for http/protobuf)
     otlp_extra_endpoints: tuple[str, ...] = ()  # more traces URLs, same protocol: e.g. a collector and a UI
     otlp_protocol: str = "http/protobuf"  # or "grpc"
     otlp_file: str | None = None  # OTLP/JSON lines, as the Collector `file` exporter writes them
     service_name: str = DEFAULT_AGENT_NAME
+    # follow the tools and model URLs a /wt/reset names (a replay's free ports); off: keep the configured ones,
+    # as an agent that cannot be pointed elsewhere would (the bench then sees it bypass the recorded tools)
+    follow_reset_urls: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -62,6 +65,7 @@ class AgentConfig:
             otlp_protocol=protocol,
             otlp_file=env.get("WT_AGENT_OTLP_FILE") or None,
             service_name=env.get("OTEL_SERVICE_NAME") or env.get("WT_AGENT_NAME") or DEFAULT_AGENT_NAME,
+            follow_reset_urls=env.get("WT_AGENT_FOLLOW_RESET_URLS", "1").strip().lower() not in ("0", "false", "no"),
         )
 
 

@@ -24,15 +24,16 @@ import asyncio
 import json
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agents import Agent, OpenAIChatCompletionsModel, RunConfig, RunHooks, Runner, ToolCallItem
 from agents.mcp import MCPServerStreamableHttp
 from openai import AsyncOpenAI
 
+from wt_otel.recording import current_incident
+
 from .config import AgentConfig
-from .telemetry import current_incident
 
 SURFACE_TIMEOUT_S = 10.0
 CANCEL_GRACE_S = 1.0  # how long an expired turn may take to unwind before its error envelope leaves anyway
@@ -129,6 +130,7 @@ class ReferenceAgent:
     """
 
     def __init__(self, config: AgentConfig) -> None:
+        self.configured = config  # what the environment said; `retarget` goes back to it
         self.config = config
         self.histories: dict[str, list[Any]] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -178,6 +180,19 @@ class ReferenceAgent:
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
         self.histories.clear()
+
+    async def retarget(self, universe_url: str | None = None, llm_base_url: str | None = None) -> None:
+        """Follow the servers a `/wt/reset` names (`wt-otel run` serves each scenario on free ports), or, when
+        it names none, go back to the configured ones. Called after the wipe, so no turn is in flight."""
+        if not self.configured.follow_reset_urls:
+            return
+        mcp_url = universe_url or self.configured.mcp_url
+        base_url = llm_base_url or self.configured.openai_base_url
+        if base_url != self.config.openai_base_url and self._client is not None:
+            await self._client.close()
+            self.config = replace(self.config, openai_base_url=base_url)
+            await self.start()
+        self.config = replace(self.config, mcp_url=mcp_url, openai_base_url=base_url)
 
     async def surface(self) -> dict[str, Any]:
         """What a fresh session's next turn is composed from: the instructions and the MCP tool list."""

@@ -1,7 +1,9 @@
 """The Contract C wire (../shared/seeds/0002-inject-protocol.md) in front of `ReferenceAgent`, on starlette.
 
     POST /wt/inject   {"wt_inject": 1, "session_id", "text", "timeout_s"} -> {"wt_inject": 1, "reply", "tool_calls"}
-    POST /wt/reset    {"wt_inject": 1} -> {"wt_inject": 1}, only once every session is gone
+    POST /wt/reset    {"wt_inject": 1, "universe_url"?, "llm_base_url"?} -> {"wt_inject": 1}, only once every
+                      session is gone; the agent then uses the tools and model at the URLs given (the ones a
+                      replay serves on free ports), or its configured ones when none are given
     POST /wt/surface  {"wt_inject": 1} -> {"wt_inject": 1, "surface": {...}}
 
 A malformed request is a contract-level failure (400 with a message naming the field and the rule); anything
@@ -31,7 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from . import telemetry
+from wt_otel import recording
+
 from .config import DEFAULT_HOST, DEFAULT_PORT, AgentConfig
 from .reference import ReferenceAgent
 
@@ -72,6 +75,19 @@ def _inject_fields(body: dict[str, Any]) -> tuple[str, str, float, str | None]:
     return session_id, text, float(timeout_s), incident
 
 
+def _reset_urls(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The optional `universe_url` and `llm_base_url` of a reset: where the driver serves this run's tools and
+    model (its servers bind free ports, so it says where)."""
+    urls = []
+    for key in ("universe_url", "llm_base_url"):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or not value.startswith(("http://", "https://"))):
+            raise BadRequest(f"{key}: optional http(s) URL (where the driver serves this run's "
+                             f"{'tools' if key == 'universe_url' else 'model'}), got {value!r}")
+        urls.append(value)
+    return urls[0], urls[1]
+
+
 def _bad_request(exc: BadRequest) -> JSONResponse:
     return JSONResponse({"wt_inject": VERSION, "error": str(exc)}, status_code=400)
 
@@ -82,7 +98,9 @@ def create_app(config: AgentConfig) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tel = telemetry.configure(config)
+        tel = recording.configure(service_name=config.service_name, otlp_file=config.otlp_file,
+                                  otlp_endpoints=[e for e in (config.otlp_endpoint, *config.otlp_extra_endpoints) if e],
+                                  otlp_protocol=config.otlp_protocol)
         await agent.start()
         try:
             yield
@@ -105,10 +123,11 @@ def create_app(config: AgentConfig) -> Starlette:
 
     async def reset(request: Request) -> JSONResponse:
         try:
-            await _body(request)
+            universe_url, llm_base_url = _reset_urls(await _body(request))
         except BadRequest as exc:
             return _bad_request(exc)
         await agent.reset()
+        await agent.retarget(universe_url, llm_base_url)
         return JSONResponse({"wt_inject": VERSION})
 
     async def surface(request: Request) -> JSONResponse:
@@ -119,10 +138,10 @@ def create_app(config: AgentConfig) -> Starlette:
         try:
             reported = await agent.surface()
         except Exception as exc:  # the tool server is down: an honest failure, never a partial surface
-            return JSONResponse({"wt_inject": VERSION, "error": f"cannot list tools at {config.mcp_url}: "
+            return JSONResponse({"wt_inject": VERSION, "error": f"cannot list tools at {agent.config.mcp_url}: "
                                  f"{type(exc).__name__}: {exc}"}, status_code=503)
         # `model` is additive: surface goldens (`wt-otel surface`) then catch a model swap too
-        return JSONResponse({"wt_inject": VERSION, "surface": reported, "model": config.model})
+        return JSONResponse({"wt_inject": VERSION, "surface": reported, "model": agent.config.model})
 
     app = Starlette(lifespan=lifespan, routes=[
         Route("/wt/inject", inject, methods=["POST"]),

@@ -23,7 +23,8 @@ import click
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM private key.")
 @click.option("--replay-runtime", metavar="SPEC",
-              help="Turn automatic replay on, with this runtime: http_inject or python:MODULE:ATTR [replay.runtime].")
+              help="Turn automatic replay on, with this runtime: any `wt-otel run --runtime` (http_inject, "
+                   "python:MODULE:ATTR, openai-agents:MODULE:ATTR, ...) [replay.runtime].")
 @click.option("--inject-url", metavar="URL",
               help="Turn automatic replay on, against this Contract C endpoint [replay.inject_url].")
 @click.option("--replay-service", "replay_services", multiple=True, metavar="SERVICE",
@@ -56,7 +57,8 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     Automatic replay (config `replay:`, or --replay-runtime / --inject-url):
     each complete, flagged session is imported, queued (bounded, one job per
     incident ref, kept across restarts) and replayed one at a time against
-    the agent with the recorded tools (MCP, port 8648) and LLM (port 8649);
+    the agent with the recorded tools (MCP) and LLM on free ports, named in
+    every /wt/reset (config replay.universe_port / llm_port fix them);
     the verdict goes to the ledger and, with --results-otlp-endpoint, out as
     OTel spans. Nothing is retried: an error is an ERROR row.
 
@@ -143,21 +145,29 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
               show_default=True, help="The data dir `wt-otel serve` writes.")
 @click.option("--no-queue", is_flag=True, help="Do not queue it for automatic replay.")
+@click.option("--wait", type=click.FloatRange(min=0), default=30.0, show_default=True, metavar="SECONDS",
+              help="While serve runs on the data dir: how long to wait for it to flag the session.")
 @click.pass_context
-def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_queue: bool) -> None:
+def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_queue: bool, wait: float) -> None:
     """Promote a session in the data dir to an incident, after the fact.
 
     SESSION is a session's slug (its folder under DATA_DIR/sessions/), its key,
     or its folder. Its envelope and scenario.yaml are marked flagged (with
-    --ref as source.ref), a revision is appended to sessions.ndjsonl, the
-    session is copied to DATA_DIR/scenarios/<slug>/ (unreviewed) and queued
-    for replay: the next `wt-otel serve` with replay on replays it, or run it
-    now with `wt-otel run DATA_DIR/scenarios/<slug>`. This is how a run that
-    carries no flag attribute (an Agents SDK run without group_id, a
-    complaint that came by e-mail) becomes an incident.
+    --ref as source.ref; a session kept for later is rendered as the
+    incident), a revision is appended to sessions.ndjsonl, the session is
+    copied to DATA_DIR/scenarios/<slug>/ (unreviewed) and queued for replay:
+    the next `wt-otel serve` with replay on replays it, or run it now with
+    `wt-otel run DATA_DIR/scenarios/<slug>`. This is how a run that carries
+    no flag attribute (an Agents SDK run without group_id, a complaint that
+    came by e-mail) becomes an incident.
 
-    Exit status: 0 flagged; 1 the data dir is in use (serve is running on it)
-    or cannot be written; 2 no such session.
+    While `wt-otel serve` runs on the data dir, the request goes to it
+    (DATA_DIR/flag-requests.ndjsonl, taken at its next tick): serve flags
+    the session and, with replay on, queues it itself; this command waits
+    up to --wait seconds for the flagged revision.
+
+    Exit status: 0 flagged; 1 the data dir cannot be written, or the running
+    serve did not flag it within --wait; 2 no such session or no data dir.
     """
     import shutil
 
@@ -166,34 +176,45 @@ def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_q
     from wt_otel.serve.replay_queue import QueueAdmission, ReplayQueue
 
     try:
-        store = load_component("exporters", "datadir")(data_dir)
-    except (OSError, RuntimeError) as exc:
-        click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
+        store = load_component("exporters", "sessions")(data_dir)
+        outcome = store.flag(session, ref)
+    except FileNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    except OSError as exc:
+        click.echo(f"error: cannot write {data_dir}: {exc}", err=True)
         ctx.exit(1)
+    if outcome.requested is not None:
+        asked = outcome.requested
+        click.echo(f"serve is running on {data_dir}: asked it to flag {asked.slug}")
+        done = store.wait_flagged(asked, wait)
+        if done is None:
+            click.echo(f"error: serve did not flag {asked.slug} within {wait:g} s (is it stalled? its log says "
+                       "why; the request stays in flag-requests.ndjsonl for its next tick)", err=True)
+            ctx.exit(1)
+        click.echo(f"flagged {data_dir / (done.entry.get('path') or '')} as incident {done.flag_ref} "
+                   f"(revision {done.revision}, by the running serve; with replay on it queues it)")
+        return
+    written = outcome.written
+    ref = written.entry["flag_ref"]
+    click.echo(f"flagged {written.path} as incident {ref} (revision {written.revision})")
+    if no_queue:
+        return
+    queue = ReplayQueue(data_dir)
     try:
-        try:
-            written = store.flag(session, ref)
-        except ValueError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
-        ref = written.entry["flag_ref"]
-        click.echo(f"flagged {written.path} as incident {ref} (revision {written.revision})")
-        if no_queue:
+        if queue.admit(ref) is not QueueAdmission.OK:
+            click.echo(f"not queued: incident {ref} is already queued or replayed, or the queue is full")
             return
-        queue = ReplayQueue(data_dir)
-        try:
-            if queue.admit(ref) is not QueueAdmission.OK:
-                click.echo(f"not queued: incident {ref} is already queued or replayed, or the queue is full")
-                return
-            scenarios = data_dir / "scenarios"
-            scenarios.mkdir(parents=True, exist_ok=True)
-            slug = unique_slug(ref, written.entry["key"], {p.name for p in scenarios.iterdir()})
-            shutil.copytree(written.path, scenarios / slug)
-            queue.enqueue(ref, f"scenarios/{slug}", session=str(written.entry["path"]), key=written.entry["key"],
-                          service=written.entry.get("service"), flagged_by="wt-otel flag")
-            click.echo(f"queued for replay: {scenarios / slug} (unreviewed; run it now with "
-                       f"`wt-otel run {scenarios / slug}`)")
-        finally:
-            queue.close()
+        scenarios = data_dir / "scenarios"
+        scenarios.mkdir(parents=True, exist_ok=True)
+        slug = unique_slug(ref, written.entry["key"], {p.name for p in scenarios.iterdir()})
+        shutil.copytree(written.path, scenarios / slug)
+        queue.enqueue(ref, f"scenarios/{slug}", session=str(written.entry["path"]), key=written.entry["key"],
+                      service=written.entry.get("service"), flagged_by="wt-otel flag")
+        click.echo(f"queued for replay: {scenarios / slug} (unreviewed; run it now with "
+                   f"`wt-otel run {scenarios / slug}`)")
     finally:
-        store.close()
+        queue.close()

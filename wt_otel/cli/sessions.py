@@ -1,4 +1,5 @@
-"""`wt-otel sessions render`: render sessions that `datadir.render: flagged` kept for later."""
+"""`wt-otel sessions list` and `sessions render`: the sessions of a data dir, through its session store
+(exporters/store.py), which sees every session however serve keeps it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 
 @click.group("sessions")
 def sessions() -> None:
-    """Sessions in a data dir (what `wt-otel serve` wrote)."""
+    """Sessions in a data dir (what `wt-otel serve` wrote): list them, render those kept for later."""
 
 
 @sessions.command("render")
@@ -42,11 +43,13 @@ def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dir: Pat
     if bool(names) == all_:
         click.echo("error: name sessions (KEY or SLUG) or pass --all, not both or neither", err=True)
         ctx.exit(2)
-    if not (data_dir / "sessions.ndjsonl").is_file():
-        click.echo(f"error: {data_dir} is not a wt-otel data dir (no sessions.ndjsonl)", err=True)
+    try:
+        kept = load_component("exporters", "sessions")(data_dir)
+    except FileNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
     try:
-        store = load_component("exporters", "datadir")(data_dir)
+        store = kept.writer()
     except (OSError, RuntimeError) as exc:
         click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
         ctx.exit(1)
@@ -82,3 +85,41 @@ def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dir: Pat
     if failed:
         click.echo(f"{failed} of {total} session(s) not rendered", err=True)
         ctx.exit(1)
+
+
+@sessions.command("list")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("wt-data"),
+              show_default=True, help="The data dir `wt-otel serve` writes.")
+@click.option("--flagged", is_flag=True, help="Only incidents (flagged sessions).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def list_(ctx: click.Context, data_dir: Path, flagged: bool, fmt: str) -> None:
+    """Every session in the data dir (its latest revision), however serve keeps it.
+
+    \b
+    One line per session:
+      SLUG  KEPT  REVISION  SERVICE  INCIDENT
+    KEPT: rendered (the six files in DATA_DIR/sessions/<slug>/), reference
+    (an index line into the segment log) or records (records.otlp.pb); the
+    last two are rendered on demand by `wt-otel sessions render` or `flag`.
+    Reads only: works while serve runs. Exit status: 0; 2 not a data dir.
+    """
+    import json
+
+    from wt_otel.components import load as load_component
+
+    try:
+        store = load_component("exporters", "sessions")(data_dir)
+    except FileNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    for problem in store.problems:
+        click.echo(f"warning: {problem}", err=True)
+    shown = [s for s in store.list() if s.flagged or not flagged]
+    if fmt == "json":
+        click.echo(json.dumps([s.to_dict() for s in shown], indent=2, ensure_ascii=False))
+        return
+    for s in shown:
+        incident = f"incident {s.flag_ref}" if s.flagged else "-"
+        click.echo(f"{s.slug}  {s.kept}  r{s.revision}  {s.service or '-'}  {incident}")
+    click.echo(f"{len(shown)} session(s) in {data_dir}", err=True)

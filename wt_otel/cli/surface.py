@@ -139,15 +139,27 @@ def drift(ctx: click.Context, data_dir: Path, service: str | None, fmt: str) -> 
 
     Derived from the system instructions and tool definitions the sessions in
     the data dir recorded, so drift in production shows without the endpoint.
+    Every session counts: those serve keeps by reference (`datadir.render:
+    flagged`) are rendered in memory, nothing is written, and serve may run.
     Exit status: 0 no drift; 1 a service's surface changed; 2 no data dir.
     """
-    from wt_otel.replay.surface import drift_in_data_dir
+    from wt_otel.components import load as load_component
+    from wt_otel.replay.surface import drift
 
     try:
-        reports = drift_in_data_dir(data_dir, service)
+        store = load_component("exporters", "sessions")(data_dir)
     except FileNotFoundError as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
+    for problem in store.problems:
+        click.echo(f"warning: {problem}", err=True)
+    sessions = []
+    for stored, env, why in store.envelopes():
+        if env is None:
+            click.echo(f"warning: {why}; left out", err=True)
+        else:
+            sessions.append((stored.entry, env))
+    reports = drift(sessions, service)
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2, ensure_ascii=False))
     else:

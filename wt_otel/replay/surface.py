@@ -10,7 +10,7 @@ as 'tool client_lookup description changed', not 'bytes differ'", and makes an
   instructions (a unified diff), extra segments, the model;
 - `Comparison` is what a gate reads: `same`, `drift`, `invalid` or
   `unavailable` (only `same` passes);
-- `drift_in_data_dir` derives surfaces from serve's data dir (the system
+- `drift` derives surfaces from the sessions of serve's data dir (the system
   instructions and tool definitions each session's telemetry carried) and
   reports, per service, every change between consecutive sessions in time, so
   drift in production is visible without asking the endpoint.
@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from wt_otel.contracts.inject import Surface, SurfaceProbe
@@ -168,13 +167,8 @@ class Observed:
     instructions_known: bool
 
 
-def _observed(data_dir: Path, line: dict[str, Any]) -> Observed | None:
-    path = data_dir / str(line.get("path") or "")
-    try:
-        path.resolve().relative_to(data_dir.resolve())  # index lines are data: never read outside the data dir
-        env = json.loads((path / "incident.wtin.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def _observed(line: dict[str, Any], env: Any) -> Observed | None:
+    """One session's surface from its envelope (`line`: its index line, for the slug and when)."""
     if not isinstance(env, dict):
         return None
     tools = [t for t in env.get("tool_definitions") or [] if isinstance(t, dict) and t.get("name")]
@@ -193,8 +187,10 @@ def _observed(data_dir: Path, line: dict[str, Any]) -> Observed | None:
     session: dict[str, Any] = raw_session if isinstance(raw_session, dict) else {}
     source: dict[str, Any] = raw_source if isinstance(raw_source, dict) else {}
     service = str(line.get("service") or source.get("system") or "unknown")
-    return Observed(service, str(line.get("started") or line.get("written_at") or ""), str(line.get("slug")),
-                    surface, session.get("model"), bool(known) and len(known) == len(tools), bool(instructions))
+    # a session kept by reference has no start time in its index line: its envelope (rendered on demand) has
+    at = line.get("started") or session.get("started_at") or line.get("written_at") or ""
+    return Observed(service, str(at), str(line.get("slug")), surface, session.get("model"),
+                    bool(known) and len(known) == len(tools), bool(instructions))
 
 
 @dataclass
@@ -209,37 +205,27 @@ class ServiceDrift:
                 "changes": self.changes}
 
 
-def drift_in_data_dir(data_dir: Path, service: str | None = None) -> list[ServiceDrift]:
-    """Per service, the surface changes between consecutive sessions (by start time) in a data dir.
+def drift(sessions: Iterable[tuple[dict[str, Any], dict[str, Any]]], service: str | None = None
+          ) -> list[ServiceDrift]:
+    """Per service, the surface changes between consecutive sessions (by start time).
 
+    `sessions`: (index line, envelope) of each session's latest revision, as the data dir's session store
+    gives them (rendered on demand for the sessions serve keeps by reference), so every session counts.
     Only what the telemetry carried is compared: a session whose tool definitions were not recorded
     (stubbed schemas) or whose instructions were not captured leaves that part out of the comparison,
     so missing content never reads as drift.
     """
-    index = data_dir / "sessions.ndjsonl"
-    latest: dict[str, dict[str, Any]] = {}
-    try:
-        lines = index.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise FileNotFoundError(f"{index}: cannot read the data dir's index ({exc.strerror or exc})") from exc
-    for raw in lines:
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            continue  # a torn line: the data dir's own reader reports it
-        if isinstance(line, dict) and line.get("key"):
-            latest[str(line["key"])] = line  # the last line of a key is its current revision
     seen: dict[str, list[Observed]] = {}
-    for line in latest.values():
-        obs = _observed(data_dir, line)
+    for line, env in sessions:
+        obs = _observed(line, env)
         if obs is not None and (service is None or obs.service == service):
             seen.setdefault(obs.service, []).append(obs)
     out = []
     for name in sorted(seen):
-        sessions = sorted(seen[name], key=lambda o: (o.at, o.session))
-        report = ServiceDrift(name, len(sessions), 1)
-        previous = sessions[0]
-        for obs in sessions[1:]:
+        ordered = sorted(seen[name], key=lambda o: (o.at, o.session))
+        report = ServiceDrift(name, len(ordered), 1)
+        previous = ordered[0]
+        for obs in ordered[1:]:
             old, new = previous.surface, obs.surface
             if not (previous.tools_known and obs.tools_known):
                 new = new.model_copy(update={"tool_definitions": old.tool_definitions})

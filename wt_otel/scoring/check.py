@@ -302,15 +302,21 @@ class CheckRun:
 
 
 def run_check(suite_path: Path, dump: Path | None = None, trace_id: str | None = None,
-              select: Callable[[Sequence[SuiteTest]], Sequence[SuiteTest]] | None = None) -> CheckRun:
+              select: Callable[[Sequence[SuiteTest]], Sequence[SuiteTest]] | None = None,
+              stored: tuple[Session, Path] | None = None) -> CheckRun:
     """Load the suite, read its trace, judge every test (or those `select` keeps).
 
-    Raises `SuiteError` or `CheckInputError` (both exit 2 on the command line).
+    `stored`: a session already read (a data dir's, from its session store) and where it lives, instead of
+    DUMP or the suite's trace. Raises `SuiteError` or `CheckInputError` (both exit 2 on the command line).
     """
     started = utc_now_iso()
     suite = load_suite(suite_path)
-    path, fmt = resolve_trace(suite, dump)
-    session, warnings = read_session(path, fmt, trace_id)
+    warnings: list[str] = []
+    if stored is not None:
+        session, path = stored
+    else:
+        path, fmt = resolve_trace(suite, dump)
+        session, warnings = read_session(path, fmt, trace_id)
     tests = select(suite.tests) if select is not None else suite.tests
     return CheckRun(suite, path, session, check_suite(suite, session, tests), warnings, started)
 

@@ -50,9 +50,14 @@ def test_flag_promotes_a_written_session_and_queues_it(tmp_path: Path) -> None:
 
 
 def test_flag_of_an_unknown_session_or_a_busy_data_dir(tmp_path: Path) -> None:
-    unflagged_data_dir(tmp_path)
+    slug = unflagged_data_dir(tmp_path)
     res = CliRunner().invoke(main, ["flag", "nope", "--data-dir", str(tmp_path)])
     assert res.exit_code == 2 and "no session 'nope'" in res.output
-    with DataDirStore(tmp_path):  # serve holds the data dir
-        busy = CliRunner().invoke(main, ["flag", "nope", "--data-dir", str(tmp_path)])
-    assert busy.exit_code == 1 and "in use by another wt-otel process" in busy.output
+    with DataDirStore(tmp_path):  # a writer that holds the data dir and never takes flag requests
+        unknown = CliRunner().invoke(main, ["flag", "nope", "--data-dir", str(tmp_path)])
+        busy = CliRunner().invoke(main, ["flag", slug, "--data-dir", str(tmp_path), "--wait", "0.3"])
+    assert unknown.exit_code == 2 and "no session 'nope'" in unknown.output  # said at once, not left to serve
+    assert busy.exit_code == 1 and "did not flag" in busy.output
+    [request] = [json.loads(line) for line in (tmp_path / "flag-requests.ndjsonl").read_text().splitlines()]
+    [key] = [e["key"] for e in read_index(tmp_path).latest().values() if e["slug"] == slug]
+    assert request["session"] == key  # left for serve's next tick (test_flag_while_serve_runs)

@@ -93,3 +93,36 @@ def test_a_bad_runtime_is_a_usage_error(pytester: pytest.Pytester, project: Path
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--wt-runtime:*no_such_agent*"])
     assert not (pytester.path / "runs").exists()
+
+
+def test_a_data_dir_stands_for_its_incidents_each_once(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """Through the session store: the flagged session only, not its auto-replay copy under scenarios/, not the
+    unflagged session (kept as records, `datadir.render: flagged`). Before, every scenario.yaml under the data
+    dir was an item: the incident twice."""
+    import shutil
+
+    from tests.unit.cli.test_flag_command import SAMPLE
+    from wt_otel.exporters.datadir import DataDirStore
+    from wt_otel.ingest.dumps import read_dump
+    from wt_otel.ingest.sessions import SessionGrouper, build_session
+
+    data = tmp_path / "data"
+    with SessionGrouper() as grouper:
+        for item in read_dump(SAMPLE):
+            grouper.add(item)
+        sessions = [s for s in (build_session(g) for g in grouper.groups()) if s is not None]
+    assert sorted(s.flagged for s in sessions) == [False, True]
+    with DataDirStore(data, render="flagged") as store:
+        written = [store.write(s) for s in sessions]
+    [incident] = [w for w in written if w.entry["flagged"]]
+    shutil.copytree(incident.path, data / "scenarios" / incident.slug)  # what auto-replay imports
+    result = pytester.runpytest_inprocess("--wt-scenarios", str(data), "--collect-only", "-q",
+                                          "-p", "no:cacheprovider")
+    items = [line for line in result.stdout.lines if "wt-scenarios::" in line]
+    assert items == [f"::wt-scenarios::{incident.slug}"], result.stdout.str()
+    empty = tmp_path / "empty"
+    with DataDirStore(empty, render="flagged") as store:
+        store.write(next(s for s in sessions if not s.flagged))
+    refused = pytester.runpytest_inprocess("--wt-scenarios", str(empty), "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*is a data dir without an incident*"])

@@ -149,7 +149,7 @@ def _record_openai_agents(mod: Any, provider: TracerProvider) -> None:
     from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
     from opentelemetry.instrumentation.genai.openai_agents import OpenAIAgentsInstrumentor
 
-    from examples.agent.telemetry import SEMCONV_ENV
+    from wt_otel.recording import SEMCONV_ENV
 
     saved = {k: os.environ.get(k) for k in SEMCONV_ENV}
     os.environ.update(SEMCONV_ENV)
