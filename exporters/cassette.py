@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from wt_otel.contracts.cassette import add_run
+from wt_otel.contracts.cassette import add_run, split_model
 from wt_otel.model.parts import canonical_json
 from wt_otel.model.session import LLMCall, Session
 
@@ -102,35 +102,21 @@ def _finish_reason(call: LLMCall, has_tools: bool) -> str:
     return call.finish_reasons[-1] if call.finish_reasons else "stop"
 
 
-# Provider prefixes a model id may carry (LiteLLM / OpenRouter style `openai/gpt-4o`); the spec's
-# request_context.model is "without provider prefix", the provider goes in `provider`.
-KNOWN_PROVIDERS = frozenset({
-    "openai", "anthropic", "ollama", "azure", "azure_ai", "bedrock", "aws.bedrock", "google", "gemini",
-    "vertex_ai", "gcp.vertex_ai", "gcp.gemini", "mistral", "mistral_ai", "groq", "cohere", "together_ai",
-    "openrouter", "deepseek", "xai", "fireworks_ai", "perplexity", "huggingface",
-})
-
-
-def split_model(model: str | None, provider: str | None) -> tuple[str, str | None]:
-    """(model without a provider prefix, provider): `openai/gpt-4o` -> (`gpt-4o`, `openai`).
-    Only a known provider (or the call's own) is a prefix: `meta-llama/Llama-3` keeps its slash."""
-    if not model:
-        return "unknown", provider
-    head, sep, tail = model.partition("/")
-    if sep and tail and (head.lower() in KNOWN_PROVIDERS or (provider and head.lower() == provider.lower())):
-        return tail, provider or head.lower()
-    return model, provider
+def streamed(call: LLMCall) -> bool:
+    """The call's `parameters.stream`: what the producer said, else whether it left first-token evidence
+    (only a stream has a first token before the end)."""
+    return call.stream if call.stream is not None else call.ttfb_ms is not None
 
 
 def network_metrics(call: LLMCall) -> dict[str, Any]:
     """§2.2: ttfb equals the total for a unary call; for a streamed (or not-known-unary) call only
-    first-token evidence gives it, else it is unknown (null), never the total duration."""
+    first-token evidence gives it, else it is unknown (null), never the total duration. Whatever is
+    written passes the cassette's timing rules (a ttfb within the total; none without a duration)."""
     duration = max(call.end_ns - call.start_ns, 0) / 1e6
-    if call.ttfb_ms is not None:
-        return {"ttfb_ms": min(call.ttfb_ms, duration) if duration else call.ttfb_ms,
-                "total_duration_ms": duration, "ttfb_source": "first_token"}
     if call.stream is False:
         return {"ttfb_ms": duration, "total_duration_ms": duration, "ttfb_source": "unary"}
+    if call.ttfb_ms is not None and duration:
+        return {"ttfb_ms": min(call.ttfb_ms, duration), "total_duration_ms": duration, "ttfb_source": "first_token"}
     return {"ttfb_ms": None, "total_duration_ms": duration, "ttfb_source": "unknown"}
 
 
@@ -141,7 +127,8 @@ def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bo
     text = "".join(p.get("content") or "" for p in parts if p.get("type") == "text")
     tool_calls = [_tool_call(p) for p in parts if p.get("type") == "tool_call"]
     metrics = network_metrics(call)
-    first_delta = metrics["ttfb_ms"] if call.stream and metrics["ttfb_ms"] is not None else 0.0
+    stream = streamed(call)
+    first_delta = metrics["ttfb_ms"] if stream and metrics["ttfb_ms"] is not None else 0.0
     frame: dict[str, Any] = {"delta_ms": first_delta, "chunk": text, "tool_calls": tool_calls,
                              "finish_reason": _finish_reason(call, bool(tool_calls))}
     boundary: dict[str, Any] = {"occurred": bool(call.error_type)}
@@ -161,7 +148,7 @@ def recorded_call(call: LLMCall, system: list[dict[str, Any]], reconstructed: bo
             "messages": (history or ChatHistory()).chat_messages(call.system_instructions or system,
                                                                  call.input_messages),
             "parameters": {"temperature": call.sampler.get("temperature"),
-                           "max_tokens": call.sampler.get("max_tokens"), "stream": bool(call.stream)},
+                           "max_tokens": call.sampler.get("max_tokens"), "stream": stream},
         },
         "network_metrics": metrics,
         "response_timeline": [frame] if (parts or not call.error_type) else [],

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
@@ -29,13 +30,15 @@ from pydantic import ConfigDict, Field, model_validator
 from wt_otel.contracts.problems import (
     ContractModel,
     Loc,
+    Problem,
     Rule,
     describe,
     fail,
     is_nonempty_str,
     is_one_of,
     is_version,
-    load,
+    json_path,
+    load_whole,
     raise_at,
 )
 
@@ -160,33 +163,6 @@ class Usage(ContractModel):
         return self
 
 
-def _timeline_errors(
-    timeline: list[Frame] | None, parameters: Parameters | None, loc: Loc = ()
-) -> list[tuple[Loc, str]]:
-    """§2.2: only the final frame carries finish_reason; a call that says it is unary
-    (`stream: false` written out) is at most one frame, with delta_ms 0."""
-    if not timeline:
-        return []
-    errors: list[tuple[Loc, str]] = []
-    last = len(timeline) - 1
-    for i, frame in enumerate(timeline[:-1]):
-        if frame.finish_reason is not None:
-            errors.append(((*loc, "response_timeline", i, "finish_reason"),
-                           f"may appear on the final frame only (frame {i} of {last + 1}; §2.2)"))
-    if timeline[-1].tool_calls and timeline[-1].finish_reason not in (None, "tool_calls"):
-        errors.append(((*loc, "response_timeline", last, "finish_reason"),
-                       f'must be "tool_calls" on a frame that calls tools, got {timeline[-1].finish_reason!r}'))
-    if parameters is not None and "stream" in parameters.model_fields_set and not parameters.stream:
-        if len(timeline) > 1:
-            errors.append(((*loc, "response_timeline"),
-                           f"must hold exactly 1 frame for a unary call (parameters.stream is false), "
-                           f"got {len(timeline)} (§2.2; set stream: true for a streamed call)"))
-        elif timeline[0].delta_ms != 0:
-            errors.append(((*loc, "response_timeline", 0, "delta_ms"),
-                           f"must be 0 for a unary call (parameters.stream is false), got {timeline[0].delta_ms}"))
-    return errors
-
-
 class RawPayload(ContractModel):
     sync_response: dict[str, Any] | None = None
     stream_chunks: list[dict[str, Any]] | None = None
@@ -204,11 +180,6 @@ class CassetteCall(ContractModel):
     usage: Usage | None = None
     raw_payload: RawPayload | None = None
 
-    @model_validator(mode="after")
-    def _timeline_rules(self) -> CassetteCall:
-        raise_at(_timeline_errors(self.response_timeline, self.request_context.parameters))
-        return self
-
 
 class TraceEntry(ContractModel):
     """A recorded run: the spec's single call, or the additive ordered `calls`."""
@@ -222,20 +193,6 @@ class TraceEntry(ContractModel):
     raw_payload: RawPayload | None = None
     # wt-otel additive: every LLM call of the session, in call order
     calls: list[CassetteCall] | None = None
-
-    @model_validator(mode="after")
-    def _has_a_call(self) -> TraceEntry:
-        if self.calls is None:
-            raise_at(
-                [
-                    ((name,), "is required (or record the session's LLM calls in calls)")
-                    for name in ("request_context", "response_timeline")
-                    if getattr(self, name) is None
-                ]
-            )
-        context = self.request_context
-        raise_at(_timeline_errors(self.response_timeline, context.parameters if context else None))
-        return self
 
     def llm_calls(self) -> list[CassetteCall]:
         """The run's LLM calls in order, whichever shape the file used."""
@@ -256,42 +213,160 @@ class Cassette(ContractModel):
     )
     traces: dict[TraceId, TraceEntry]
 
-    @model_validator(mode="after")
-    def _pointers_resolve(self) -> Cassette:
-        errors: list[tuple[Loc, str]] = []
-        if len(self.history_keys) > HISTORY_CAP:
-            errors.append(
-                (
-                    ("history_keys",),
-                    f"holds at most {HISTORY_CAP} trace ids (the ring buffer cap), got "
-                    f"{len(self.history_keys)} (evict the oldest runs from history_keys and traces)",
-                )
-            )
-        if self.latest_trace_id not in self.history_keys:
-            errors.append(
-                (
-                    ("latest_trace_id",),
-                    f"{self.latest_trace_id!r} must be among history_keys (append it there)",
-                )
-            )
-        for i, key in enumerate(self.history_keys):
-            if key not in self.traces:
-                errors.append((("history_keys", i), f"{key!r} names no entry in traces"))
-        for key, entry in self.traces.items():
-            if entry.trace_id != key:
-                errors.append(
-                    (("traces", key, "trace_id"), f"must equal its key in traces, got {entry.trace_id!r}")
-                )
-        raise_at(errors)
-        return self
-
     def latest(self) -> TraceEntry:
         return self.traces[self.latest_trace_id]
 
 
+# Provider prefixes a model id may carry (LiteLLM / OpenRouter style `openai/gpt-4o`); the spec's
+# request_context.model is "without provider prefix", the provider goes in `provider`.
+KNOWN_PROVIDERS = frozenset({
+    "openai", "anthropic", "ollama", "azure", "azure_ai", "bedrock", "aws.bedrock", "google", "gemini",
+    "vertex_ai", "gcp.vertex_ai", "gcp.gemini", "mistral", "mistral_ai", "groq", "cohere", "together_ai",
+    "openrouter", "deepseek", "xai", "fireworks_ai", "perplexity", "huggingface",
+})
+
+
+def split_model(model: str | None, provider: str | None) -> tuple[str, str | None]:
+    """(model without a provider prefix, provider): `openai/gpt-4o` -> (`gpt-4o`, `openai`).
+    Only a known provider (or the call's own) is a prefix: `meta-llama/Llama-3` keeps its slash.
+    The one normaliser: import, record mode and replay's request matching all use it."""
+    if not model:
+        return "unknown", provider
+    head, sep, tail = model.partition("/")
+    if sep and tail and (head.lower() in KNOWN_PROVIDERS or (provider and head.lower() == provider.lower())):
+        return tail, provider or head.lower()
+    return model, provider
+
+
 def load_cassette(data: Any) -> Cassette:
-    """Validate a parsed `*.cassette.json`; raises `ContractError` listing every problem."""
-    return load(Cassette, data)
+    """Validate a parsed `*.cassette.json`; raises `ContractError` listing every problem at once: the
+    fields' types and the spec's cross-field rules (`cassette_rules`) in one pass."""
+    return load_whole(Cassette, data, cassette_rules)
+
+
+# ---------------------------------------------------------------- the spec's cross-field rules
+
+TIMING_TOLERANCE_MS = 1.0  # recorders round to the microsecond, importers clamp: a smaller gap is no error
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def cassette_rules(data: Any) -> Iterator[tuple[Loc, str]]:
+    """Every cross-field rule of vcr-fixture-format.md over the raw document, whatever else is wrong with it:
+    the ring buffer's pointers (§2.1), each call's frames, stream flag and timing (§2.2), raw payload (§2.4)."""
+    if not isinstance(data, dict):
+        return
+    traces = _dict(data.get("traces"))
+    keys = data.get("history_keys")
+    history: list[Any] = keys if isinstance(keys, list) else []
+    if len(history) > HISTORY_CAP:
+        yield (("history_keys",), f"holds at most {HISTORY_CAP} trace ids (the ring buffer cap), got "
+                                  f"{len(history)} (evict the oldest runs from history_keys and traces)")
+    latest = data.get("latest_trace_id")
+    if isinstance(latest, str) and latest not in history:
+        yield (("latest_trace_id",), f"{latest!r} must be among history_keys (append it there)")
+    for i, key in enumerate(history):
+        if isinstance(key, str) and key not in traces:
+            yield (("history_keys", i), f"{key!r} names no entry in traces")
+        if isinstance(key, str) and key in history[:i]:
+            yield (("history_keys", i), f"{key!r} is listed twice (each recorded run once, oldest first)")
+    for key in traces:
+        if history and key not in history:
+            yield (("traces", key), "is not in history_keys: a run the ring buffer evicted leaves traces too "
+                                    "(§2.1; list it in history_keys or remove it)")
+    for key, entry in traces.items():
+        if not isinstance(entry, dict):
+            continue
+        loc: Loc = ("traces", key)
+        if "trace_id" in entry and entry["trace_id"] != key:
+            yield ((*loc, "trace_id"), f"must equal its key in traces, got {entry['trace_id']!r}")
+        calls = entry.get("calls")
+        if calls is None:
+            for name in ("request_context", "response_timeline"):
+                if entry.get(name) is None:
+                    yield ((*loc, name), "is required (or record the session's LLM calls in calls)")
+        elif isinstance(calls, list):
+            for i, call in enumerate(calls):
+                if isinstance(call, dict):
+                    yield from call_rules(call, (*loc, "calls", i))
+        yield from call_rules(entry, loc)  # the spec's trace-level call (wt-otel writes calls[0] there too)
+
+
+def lint_cassette(cassette: Cassette) -> list[Problem]:
+    """What replay tolerates but the spec words otherwise: a model stored with its provider prefix (older
+    record mode did; replay compares models without it)."""
+    warnings = []
+    for key, entry in cassette.traces.items():
+        for i, call in enumerate(entry.llm_calls()):
+            model = call.request_context.model
+            bare = split_model(model, call.request_context.provider)[0]
+            if bare != model:
+                where: Loc = ("traces", key, "calls", i) if entry.calls is not None else ("traces", key)
+                path = json_path((*where, "request_context", "model"))
+                warnings.append(Problem(path, f"{path} {model!r} carries a provider prefix: the spec stores the "
+                                              f"model without it ({bare!r}; the provider goes in provider)"))
+    return warnings
+
+
+def call_rules(call: dict[str, Any], loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
+    """§2.2 and §2.4 for one call: tool calls and finish_reason on the final frame only; the stream flag
+    against the frames, the timing and the raw payload; ttfb_ms against the frames and the total."""
+    timeline = call.get("response_timeline")
+    frames = [f if isinstance(f, dict) else {} for f in timeline] if isinstance(timeline, list) else []
+    params = _dict(_dict(call.get("request_context")).get("parameters"))
+    stream = params.get("stream") if isinstance(params.get("stream"), bool) else None  # None: not said
+    metrics = _dict(call.get("network_metrics"))
+    ttfb, total = _number(metrics.get("ttfb_ms")), _number(metrics.get("total_duration_ms"))
+    last = len(frames) - 1
+    for i, frame in enumerate(frames[:-1]):
+        if frame.get("finish_reason") is not None:
+            yield ((*loc, "response_timeline", i, "finish_reason"),
+                   f"may appear on the final frame only (frame {i} of {last + 1}; §2.2)")
+        if frame.get("tool_calls"):
+            yield ((*loc, "response_timeline", i, "tool_calls"),
+                   f"may appear on the final frame only (frame {i} of {last + 1}; §2.2: the terminal frame "
+                   "carries the tool calls, with finish_reason \"tool_calls\"; move them there)")
+    if frames and frames[-1].get("tool_calls") and frames[-1].get("finish_reason") not in (None, "tool_calls"):
+        yield ((*loc, "response_timeline", last, "finish_reason"),
+               f'must be "tool_calls" on a frame that calls tools, got {frames[-1].get("finish_reason")!r}')
+    if stream is False:
+        if len(frames) > 1:
+            yield ((*loc, "response_timeline"),
+                   f"must hold exactly 1 frame for a unary call (parameters.stream is false), got {len(frames)} "
+                   "(§2.2; set stream: true for a streamed call)")
+        elif frames and _number(frames[0].get("delta_ms")) not in (None, 0.0):
+            yield ((*loc, "response_timeline", 0, "delta_ms"),
+                   f"must be 0 for a unary call (parameters.stream is false), got {frames[0].get('delta_ms')}")
+        if ttfb is not None and total is not None and abs(ttfb - total) > TIMING_TOLERANCE_MS:
+            yield ((*loc, "network_metrics", "ttfb_ms"),
+                   f"must equal total_duration_ms ({total:g}) for a unary call (parameters.stream is false; "
+                   f"§2.2), got {ttfb:g} (set stream: true if the call was streamed)")
+    if ttfb is not None and total is not None and ttfb > total + TIMING_TOLERANCE_MS:
+        yield ((*loc, "network_metrics", "ttfb_ms"),
+               f"must not exceed total_duration_ms ({total:g}): the first byte came before the end, got {ttfb:g}")
+    first = _number(frames[0].get("delta_ms")) if frames else None
+    if stream is True and ttfb is not None and first is not None and abs(first - ttfb) > TIMING_TOLERANCE_MS:
+        yield ((*loc, "response_timeline", 0, "delta_ms"),
+               f"must equal network_metrics.ttfb_ms ({ttfb:g}) for a streamed call (§2.2: the first frame "
+               f"arrives at the time to first byte), got {first:g}")
+    deltas = [d for d in (_number(f.get("delta_ms")) for f in frames) if d is not None]
+    if stream is True and total is not None and sum(deltas) > total + TIMING_TOLERANCE_MS:
+        yield ((*loc, "response_timeline"),
+               f"ends after the call did: its frames' delta_ms add up to {sum(deltas):g} ms, more than "
+               f"network_metrics.total_duration_ms ({total:g})")
+    raw = _dict(call.get("raw_payload"))
+    if stream is False and raw.get("stream_chunks"):
+        yield ((*loc, "raw_payload", "stream_chunks"),
+               "is for a streamed call, but parameters.stream is false (§2.4: a unary call keeps sync_response)")
+    if stream is True and raw.get("sync_response") is not None:
+        yield ((*loc, "raw_payload", "sync_response"),
+               "is for a unary call, but parameters.stream is true (§2.4: a streamed call keeps stream_chunks)")
 
 
 def add_run(cassette: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:

@@ -315,6 +315,33 @@ def load(model: type[M], data: Any, union_tags: Collection[str] = ()) -> M:
         raise ContractError(problems_from(exc, union_tags, model)) from None
 
 
+def at(errors: Iterable[tuple[Loc, str]]) -> list[Problem]:
+    """(loc, the rule's text) pairs as `Problem`s, in the same voice as `problems_from`."""
+    problems = []
+    for loc, message in errors:
+        path = json_path(loc)
+        problems.append(Problem(path, f"{path or 'the document'} {message}"))
+    return problems
+
+
+def load_whole(model: type[M], data: Any, rules: Callable[[Any], Iterable[tuple[Loc, str]]],
+               union_tags: Collection[str] = ()) -> M:
+    """`load`, plus the cross-field `rules` run on the raw document in the same pass: every problem at
+    once, whatever else is wrong. (A pydantic `after` validator runs only when all of its model's fields
+    parsed, so rules kept there surface one stage at a time: a broken field hides every rule above it.)
+    `rules` must tolerate any shape: it reads what is there and skips what is not."""
+    problems: list[Problem] = []
+    model_value: M | None = None
+    try:
+        model_value = model.model_validate(data)
+    except ValidationError as exc:
+        problems = problems_from(exc, union_tags, model)
+    problems += [p for p in at(rules(data)) if p not in problems]
+    if problems or model_value is None:
+        raise ContractError(problems)
+    return model_value
+
+
 # ---------------------------------------------------------------- lints
 
 TRUNCATED = "[truncated]"

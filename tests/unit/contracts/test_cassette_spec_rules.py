@@ -46,7 +46,7 @@ def test_total_tokens_must_be_the_sum() -> None:
 
 
 def test_finish_reason_only_on_the_final_frame() -> None:
-    bad = doc(response_timeline=[{"delta_ms": 1, "chunk": "a", "finish_reason": "stop"},
+    bad = doc(response_timeline=[{"delta_ms": 100, "chunk": "a", "finish_reason": "stop"},
                                  {"delta_ms": 1, "chunk": "b", "finish_reason": "stop"}])
     (msg,) = messages(bad)
     assert "response_timeline[0].finish_reason may appear on the final frame only" in msg
@@ -54,7 +54,7 @@ def test_finish_reason_only_on_the_final_frame() -> None:
 
 def test_a_terminal_frame_calling_tools_says_tool_calls() -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    bad = doc(response_timeline=[{"delta_ms": 1, "chunk": "a"}, {"delta_ms": 1, "tool_calls": [call],
+    bad = doc(response_timeline=[{"delta_ms": 100, "chunk": "a"}, {"delta_ms": 1, "tool_calls": [call],
                                                                 "finish_reason": "stop"}])
     (msg,) = messages(bad)
     assert 'response_timeline[1].finish_reason must be "tool_calls"' in msg

@@ -90,6 +90,8 @@ def test_chat_record_then_replay_with_zero_divergence(tmp_path, upstream, proxie
     proxy = proxies(RecordingProxy(upstream, out, port=0))
     live = chat_conversation(openai.OpenAI(base_url=proxy.base_url, api_key="sk-live"), stream)
     assert live == FIRST_ANSWER
+    assert not out.exists(), "nothing is written while the run is under way"
+    assert proxy.end_run(keep=True).written
     data = json.loads(out.read_text())
     cas = load_cassette(data)
     [run] = cas.history_keys
@@ -112,6 +114,7 @@ def test_stream_chunks_are_coalesced_by_the_record_tick(tmp_path, upstream, prox
         client = openai.OpenAI(base_url=proxy.base_url, api_key="sk-live")
         list(client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": ASK}],
                                             stream=True))
+        proxy.end_run(keep=True)
     [wide_call] = load_cassette(json.loads((tmp_path / "wide.json").read_text())).latest().llm_calls()
     [narrow_call] = load_cassette(json.loads((tmp_path / "narrow.json").read_text())).latest().llm_calls()
     words = len(FIRST_ANSWER.split(" "))
@@ -131,6 +134,7 @@ def test_responses_stream_recorded_and_replayed(tmp_path, upstream, proxies):
     live = openai.OpenAI(base_url=proxy.base_url, api_key="sk-live")
     with live.responses.stream(model="gpt-4o-mini", instructions=SYSTEM, input=ASK, tools=tools) as s:
         first = s.get_final_response()
+    proxy.end_run(keep=True)
     [call] = load_cassette(json.loads(out.read_text())).latest().llm_calls()
     assert call.request_context.messages[0].content == SYSTEM
     assert call.response_timeline[-1].tool_calls[0].id == first.output[0].call_id
@@ -153,6 +157,7 @@ def test_anthropic_messages_recorded_through_the_proxy(tmp_path, proxies):
     done = client.messages.create(model="gpt-4o-mini", system=SYSTEM, max_tokens=64, tools=TOOLS,
                                   messages=ANTHROPIC_FOLLOW_UP)
     assert done.content[0].text == ANSWER
+    proxy.end_run(keep=True)
     calls = load_cassette(json.loads(out.read_text())).latest().llm_calls()
     assert [c.request_context.provider for c in calls] == ["anthropic", "anthropic"]
     assert calls[1].request_context.messages[-1].role == "tool"
@@ -179,7 +184,8 @@ def test_runs_fill_the_ring_buffer_oldest_evicted(tmp_path, upstream, proxies):
     again = proxies(RecordingProxy(upstream, out, port=0))
     openai.OpenAI(base_url=again.base_url, api_key="sk-live").chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": ASK}])
-    assert json.loads(out.read_text())["history_keys"] == runs[-HISTORY_CAP + 1:] + [again.cassette.run]
+    ended = again.end_run(keep=True)
+    assert json.loads(out.read_text())["history_keys"] == runs[-HISTORY_CAP + 1:] + [ended.run]
 
 
 def test_upstream_error_is_passed_through_recorded_and_replayed(tmp_path, proxies):
@@ -190,6 +196,7 @@ def test_upstream_error_is_passed_through_recorded_and_replayed(tmp_path, proxie
     ask = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": ASK}]}
     with pytest.raises(openai.RateLimitError, match="slow down"):
         openai.OpenAI(base_url=proxy.base_url, api_key="sk", max_retries=0).chat.completions.create(**ask)
+    proxy.end_run(keep=True)
     [call] = load_cassette(json.loads(out.read_text())).latest().llm_calls()
     assert call.exception_boundary.occurred and call.exception_boundary.error_type == "rate_limit_error"
     assert call.response_timeline == []

@@ -95,6 +95,7 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
         for k in ("temperature", "top_p", "max_tokens", "seed"):
             if k in params and k not in call.sampler:
                 call.sampler[k] = params[k]
+        call.stream = _flag(params.get("stream"))
     for name, keys in _USAGE_KEYS.items():
         v = first(a, keys)
         if isinstance(v, int | float) or (isinstance(v, str) and v.isdigit()):
@@ -104,11 +105,15 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
     reasons = a.get("gen_ai.response.finish_reasons")
     if isinstance(reasons, list):
         call.finish_reasons = [str(r) for r in reasons]
-    stream = first(a, ("gen_ai.request.stream", "llm.is_streaming"))
-    if isinstance(stream, bool):
+    stream = _flag(first(a, _STREAM_FLAGS))
+    if stream is not None:
         call.stream = stream
     call.error_type, call.error_message = span_error(span)
-    call.ttfb_ms = first_token_ms(span) if span.events or not a.keys().isdisjoint(_TTFT_SECONDS) else None
+    call.ttfb_ms = first_token_ms(span) if span.events or not a.keys().isdisjoint(_TTFT_KEYS) else None
+    if call.stream is None and (call.ttfb_ms is not None or span.name.endswith(_STREAM_SPAN_SUFFIXES)):
+        call.stream = True  # a first chunk is streaming evidence: only a stream has one before the end
+    elif call.stream is None and span.name.endswith(_UNARY_SPAN_SUFFIXES):
+        call.stream = False
     call.conversation_id = conversation_id(a)
     definitions = a.get("gen_ai.tool.definitions")
     if definitions is not None:
@@ -116,13 +121,33 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
     return call
 
 
+# Whether the call streamed (OpenLLMetry writes gen_ai.is_streaming / llm.is_streaming, LiteLLM as a string).
+_STREAM_FLAGS = ("gen_ai.request.stream", "gen_ai.is_streaming", "llm.is_streaming")
+# Model-call spans that stream, or not, by name (the Vercel AI SDK before v7: ai.streamText.doStream,
+# ai.generateText.doGenerate).
+_STREAM_SPAN_SUFFIXES = (".doStream",)
+_UNARY_SPAN_SUFFIXES = (".doGenerate",)
 # Seconds from request to the first token, as producers name it (GenAI's metric name used as a span attribute,
-# GenAI's time_to_first_chunk, OpenLLMetry's streaming attribute).
+# GenAI's time_to_first_chunk as the AI SDK 7 writes it, OpenLLMetry's streaming attribute).
 _TTFT_SECONDS = ("gen_ai.server.time_to_first_token", "gen_ai.response.time_to_first_chunk",
+                 "gen_ai.client.operation.time_to_first_chunk",
                  "gen_ai.response.time_to_first_token", "llm.response.time_to_first_token",
                  "llm.openai.chat_completions.streaming_time_to_first_token")
-# Span events marking the first streamed token (OpenInference: "First Token Stream Event").
-_FIRST_TOKEN_EVENTS = ("first token stream event", "gen_ai.first_token", "first_token")
+_TTFT_MS = ("ai.response.msToFirstChunk",)  # the same in milliseconds (the Vercel AI SDK before v7)
+_TTFT_KEYS = _TTFT_SECONDS + _TTFT_MS
+# Span events marking the first streamed token (OpenInference: "First Token Stream Event"; the AI SDK:
+# ai.stream.firstChunk); OpenLLMetry logs every chunk, the first of them is the first token.
+_FIRST_TOKEN_EVENTS = ("first token stream event", "gen_ai.first_token", "first_token", "ai.stream.firstchunk",
+                       "gen_ai.content.completion.chunk", "llm.content.completion.chunk")
+
+
+def _flag(value: Any) -> bool | None:
+    """A boolean attribute as producers write it: true, "true", "True" (LiteLLM); None when absent or neither."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
 
 
 def first_token_ms(span: SpanRecord) -> float | None:
@@ -132,6 +157,9 @@ def first_token_ms(span: SpanRecord) -> float | None:
     its `timeToFirstByteMs` there): a value that cannot be seconds (longer than the span, or a minute and
     more when the span has no duration) but fits as milliseconds is read as milliseconds.
     """
+    ms = first(span.attributes, _TTFT_MS)
+    if isinstance(ms, int | float) and not isinstance(ms, bool) and ms >= 0:
+        return float(ms)
     v = first(span.attributes, _TTFT_SECONDS)
     if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
         duration_ms = max(span.end_ns - span.start_ns, 0) / 1e6

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wt_otel.contracts.cassette import split_model
 from wt_otel.replay.cassette import http_status
 
 MAX_RAW_CHUNKS = 10_000  # raw_payload.stream_chunks beyond this are dropped (and said so): memory stays bounded
@@ -74,11 +75,18 @@ class CallRecording:
     def result(self, total_ms: float) -> dict[str, Any]:
         if self.frames or not self.error:
             last = self._frame(total_ms) if not self.frames else self.frames[-1]
+            earlier = [c for f in self.frames[:-1] for c in f["tool_calls"]]
+            if earlier:  # §2.2: the terminal frame carries every tool call, in call order
+                last["tool_calls"] = earlier + last["tool_calls"]
+                for frame in self.frames[:-1]:
+                    frame["tool_calls"] = []
             has_calls = any(f["tool_calls"] for f in self.frames)
             last["finish_reason"] = "tool_calls" if has_calls else (self.finish_reason or "stop")
         prompt, completion = self.usage.get("prompt_tokens", 0), self.usage.get("completion_tokens", 0)
+        model = self.chat.get("model")
+        model, provider = split_model(model if isinstance(model, str) else None, self.provider)
         call: dict[str, Any] = {
-            "request_context": {"model": self.chat.get("model") or "unknown", "provider": self.provider,
+            "request_context": {"model": model, "provider": provider,
                                 "messages": self.chat.get("messages") or [],
                                 "parameters": {"stream": self.stream}},
             "network_metrics": {"ttfb_ms": round(self.ttfb_ms if self.stream and self.ttfb_ms is not None
