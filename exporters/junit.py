@@ -80,8 +80,8 @@ def layer_details(result: ScenarioResult) -> str:
             if not layer.passed:
                 lines.append(f"run {score.run_index} {name}: {layer.detail or 'failed'}")
     for entry in getattr(result, "robustness", None) or []:
-        lines.append(f"robustness {entry.get('perturbation')}: {'PASS' if entry.get('passed') else 'FAIL'}: "
-                     f"{entry.get('detail', '')}")
+        status = entry.get("status") or ("PASS" if entry.get("passed") else "FAIL")  # ERROR: it tested nothing
+        lines.append(f"robustness {entry.get('perturbation')}: {status}: {entry.get('detail', '')}")
     return "\n".join(lines)
 
 

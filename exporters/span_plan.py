@@ -252,10 +252,15 @@ def tool_span(call: McpCall, at_ns: int, common: Mapping[str, AttrValue]) -> Pla
     return span
 
 
-def run_span(trace: Trace, score: RunScore | None, agent: str, common: Mapping[str, AttrValue]) -> PlannedSpan:
+def run_span(trace: Trace, score: RunScore | None, agent: str, common: Mapping[str, AttrValue], *,
+             reviewed: bool = True) -> PlannedSpan:
+    """One run; a passing run of an unreviewed scenario says UNREVIEWED (status unset), never a green PASS:
+    its checks are defaults nobody has confirmed."""
     start = iso_ns(trace.started_at) or 0
     end = iso_ns(trace.ended_at) or start + int((trace.timings.total_ms or 0) * NS_PER_MS)
     verdict, detail = run_verdict(trace, score)
+    if not reviewed and verdict == "PASS":
+        verdict = "UNREVIEWED"
     attrs: dict[str, AttrValue] = {**common, "wt.run.index": trace.run_index, "wt.run.id": trace.run_id,
                                    "wt.verdict": verdict, "wt.runtime": trace.runtime,
                                    "wt.evidence.witness": trace.evidence.witness, "wt.evidence.llm": trace.evidence.llm,
@@ -288,7 +293,7 @@ def run_span(trace: Trace, score: RunScore | None, agent: str, common: Mapping[s
     span.children = [t.enclose() for t in turns] + span.children
     if verdict == "PASS":
         span.status = "OK"
-    else:
+    elif verdict != "UNREVIEWED":  # UNREVIEWED: neither OK nor an error, it waits for a person
         span.fail(detail)
     return span.enclose()
 
@@ -304,7 +309,9 @@ def agent_name(trace: Trace, configured: str | None) -> str:
 def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: SweepResult, fallback_ns: int,
                   agent: str | None) -> PlannedSpan:
     common: dict[str, AttrValue] = {"wt.sweep.id": sweep.sweep_id, "wt.scenario.id": result.scenario_id}
-    attrs: dict[str, AttrValue] = {**common, "wt.verdict": result.verdict, "wt.runs": result.runs,
+    # an unreviewed scenario is never green, even when a record says PASS (mark_unreviewed sets UNREVIEWED)
+    verdict = "UNREVIEWED" if not result.reviewed and result.verdict in GREEN else result.verdict
+    attrs: dict[str, AttrValue] = {**common, "wt.verdict": verdict, "wt.runs": result.runs,
                                    "wt.runs.passed": result.runs_passed, "wt.gate": list(result.gate),
                                    OI_KIND: "CHAIN"}
     for key, value in (("wt.pack", result.pack), ("wt.owner", result.owner), ("wt.label", result.label or sweep.label),
@@ -318,7 +325,8 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
         attrs["wt.reviewed"] = False
         _put(attrs, "wt.reproduced", result.reproduced)
     scores = {s.run_index: s for s in result.scores}
-    runs = [run_span(t, scores.get(t.run_index), agent_name(t, agent), common) for t in evidence.traces]
+    runs = [run_span(t, scores.get(t.run_index), agent_name(t, agent), common, reviewed=result.reviewed)
+            for t in evidence.traces]
     span = PlannedSpan(f"scenario {result.scenario_id}", fallback_ns, fallback_ns, attrs, children=runs)
     if runs:
         span.start_ns, span.end_ns = min(r.start_ns for r in runs), max(r.end_ns for r in runs)
@@ -327,7 +335,8 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
                                              "wt.layer.robustness.passed": bool(entry.get("passed"))}
         for key, value in (("wt.perturbation", entry.get("perturbation")), ("wt.perturbation.kind", entry.get("kind")),
                            ("wt.perturbation.tool", entry.get("tool")), ("wt.run.id", entry.get("run_id")),
-                           ("wt.layer.robustness.detail", entry.get("detail"))):
+                           ("wt.layer.robustness.detail", entry.get("detail")),
+                           ("wt.layer.robustness.status", entry.get("status"))):  # ERROR: it tested nothing
             _put(child_attrs, key, value)
         child = PlannedSpan(f"robustness {entry.get('perturbation')}", span.end_ns, span.end_ns, child_attrs)
         if entry.get("passed"):
@@ -341,9 +350,9 @@ def scenario_span(result: ScenarioResult, evidence: ScenarioEvidence, sweep: Swe
         _put(attrs, "wt.incident.span_id", evidence.incident.span_id)
         if "wt.origin.ref" not in attrs:
             _put(attrs, "wt.origin.ref", evidence.incident.origin_ref)
-    if result.verdict in GREEN:
+    if verdict in GREEN:
         span.status = "OK"
-    elif result.verdict == "UNREVIEWED":  # neither OK nor an error: it waits for a person
+    elif verdict == "UNREVIEWED":  # neither OK nor an error: it waits for a person
         span.status = "UNSET"
     else:
         span.fail(f"{result.verdict}: {result.detail}" if result.detail else result.verdict)
@@ -357,17 +366,22 @@ def plan_sweep(sweep: SweepResult, evidence: Sequence[ScenarioEvidence], agent: 
     scenarios = [scenario_span(r, evidence[i] if i < len(evidence) else ScenarioEvidence(), sweep, end, agent)
                  for i, r in enumerate(sweep.scenarios)]
     failed = [s for s in sweep.scenarios if s.verdict not in (*GREEN, "UNREVIEWED")]
-    attrs: dict[str, AttrValue] = {"wt.sweep.id": sweep.sweep_id, "wt.sweep.passed": sweep.ok,
+    # nobody confirmed what an unreviewed scenario checks: the sweep is not failed by it, but never "passed"
+    unreviewed = [s for s in sweep.scenarios if s not in failed and (s.verdict == "UNREVIEWED" or not s.reviewed)]
+    passed = sweep.ok and not unreviewed
+    attrs: dict[str, AttrValue] = {"wt.sweep.id": sweep.sweep_id, "wt.sweep.passed": passed,
                                    "wt.sweep.scenarios": len(sweep.scenarios), "wt.sweep.failed": len(failed),
-                                   OI_KIND: "CHAIN"}
+                                   "wt.sweep.unreviewed": len(unreviewed), OI_KIND: "CHAIN"}
     for key, value in (("wt.label", sweep.label), ("wt.git.sha", sweep.git_sha), ("wt.version", sweep.wt_version),
                        ("wt.sweep.stopped", sweep.stopped)):
         _put(attrs, key, value)
     if sweep.selection:
         attrs["wt.sweep.selection"] = as_json(sweep.selection)
     span = PlannedSpan(f"sweep {sweep.sweep_id}", start, end, attrs, children=scenarios)
-    if sweep.ok:
+    if passed:
         span.status = "OK"
+    elif sweep.ok:  # only unreviewed scenarios keep it from green: unset, like theirs
+        span.status = "UNSET"
     elif sweep.stopped:
         span.fail(sweep.stopped)
     else:

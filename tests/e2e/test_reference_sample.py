@@ -19,9 +19,12 @@ from wt_otel.cli import main
 from wt_otel.contracts.run import load_trace
 
 DUMP = ROOT / "examples" / "dumps" / "crm-agent.otlp.jsonl"
-REVIEWED_SCORER = """from wt_otel.scorers import all_of, substantiated_by_tools, target_facts
+REVIEWED_SCORER = """from wt_otel.scorers import all_of, observation, substantiated_by_tools, target_facts
 
-outcome = all_of(target_facts(["ops@bluewing.example"]), substantiated_by_tools())
+outcome = all_of(target_facts(["ops@bluewing.example"]), substantiated_by_tools(),
+                 # state assertions on what the run did to the served universe (trace.observations)
+                 observation("universe", "tools.client_lookup.calls", lambda n: n == 1, "one CRM lookup"),
+                 observation("universe", "writes", lambda w: w == [], "the agent changed nothing"))
 """
 
 
@@ -50,6 +53,9 @@ def test_the_reference_sample_replays_against_the_reference_agent(tmp_path: Path
     for trace in traces:
         assert [c.match for c in trace.llm_calls] == ["exact", "exact"], res.output
         assert [(c.tool_name, c.match) for c in trace.mcp_calls] == [("client_lookup", "exact")]
+        assert trace.observations is not None and trace.observations["universe"]["writes"] == []
+    scored = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("run-1.score.json")]
+    assert any("one CRM lookup: holds for 1" in s["layers"]["outcome"]["detail"] for s in scored), scored
     rows = {line.split()[1]: line.split()[0] for line in res.output.splitlines()
             if line.split() and line.split()[0] in ("PASS", "FAIL", "ERROR", "INVALID")}
     assert rows[email.name] == "PASS", res.output

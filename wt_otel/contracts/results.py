@@ -65,7 +65,8 @@ class ScenarioResult(_Model):
     run_ids: list[str] = Field(default_factory=list)
     scores: list[RunScore] = Field(default_factory=list)
     robustness: list[dict[str, Any]] = Field(
-        default_factory=list, description="one entry per perturbation run: {perturbation, passed, detail, run_id}")
+        default_factory=list, description="one entry per perturbation run: {perturbation, kind, tool, passed, "
+                                        "status (PASS, FAIL, or ERROR: it tested nothing), detail, run_id}")
     duration_s: float = 0.0
     reviewed: bool = True  # False: tagged unreviewed (its outcome check is a default, not a person's)
     reproduced: bool | None = None  # unreviewed only: same final answer and tool trajectory as the incident

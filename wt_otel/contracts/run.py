@@ -153,6 +153,11 @@ class Trace(ContractModel):
     timings: Timings = Field(default_factory=Timings)
     perturbation: dict[str, Any] | None = Field(
         None, description="a robustness run: the perturbation the universe applied (kind, tool, ...)")
+    observations: dict[str, Any] | None = Field(
+        None, description="state the run left, per source, for `observation(source, path, predicate)`: "
+                          "`universe` (per-tool end state and the writes, from the universe's call log; "
+                          "docs/assertions.md), the one wt-otel fills; a trace written by other "
+                          "code may carry more (e.g. `db`)")
 
 
 def load_trace(data: Any) -> Trace:

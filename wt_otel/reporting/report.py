@@ -12,7 +12,10 @@ Definitions (each chosen so a number means the same thing in every format):
 - green: PASS or PASS_WITH_VARIANCE; a flip is a change of green-ness between
   consecutive rows in the window (PASS→FAIL→PASS is two flips), so an
   ERROR→FAIL change is not counted as flakiness;
-- time since last green: from the newest green row to `now` (None: never green).
+- time since last green: from the newest green row to `now` (None: never green);
+- by owner (0001, Change 3: "owner flows into ... report grouping"): scenarios are listed per owner (the
+  scenario's effective owner in its latest row; no owner last), each owner followed by a subtotal of its
+  scenarios' latest verdicts, so a team reads its own share of red first.
 
 The HTML page is self-contained (inline CSS and SVG, no script, no external
 asset) so it can be attached to a CI run or mailed; every string from the
@@ -80,18 +83,66 @@ class SweepPoint:
 
 
 @dataclass
+class OwnerTotal:
+    """One owner's subtotal over its scenarios' latest verdicts (owner None: scenarios nobody owns)."""
+
+    owner: str | None
+    scenarios: int
+    green: int
+    verdicts: dict[str, int] = field(default_factory=dict)  # latest verdict -> scenarios
+
+    @property
+    def rate(self) -> float:
+        return round(self.green / self.scenarios, 4) if self.scenarios else 0.0
+
+    def describe(self) -> str:
+        """`owner team-a: 2 scenario(s), 1 green (50%): FAIL 1, PASS 1`."""
+        who = f"owner {self.owner}" if self.owner is not None else "no owner"
+        counts = ", ".join(f"{v} {n}" for v, n in self.verdicts.items())
+        return f"{who}: {self.scenarios} scenario(s), {self.green} green ({self.rate:.0%}): {counts}"
+
+
+@dataclass
 class Report:
     generated_at: str
     window: int
     rows: int
-    scenarios: list[ScenarioHistory]
+    scenarios: list[ScenarioHistory]  # grouped by owner, in `owners` order
     sweeps: list[SweepPoint]
     problems: list[str] = field(default_factory=list)
+    owners: list[OwnerTotal] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["sweeps"] = [{**asdict(p), "rate": p.rate} for p in self.sweeps]
+        data["owners"] = [{**asdict(t), "rate": t.rate} for t in self.owners]
         return {"wt_report": 1, **data}
+
+    def by_owner(self) -> list[tuple[OwnerTotal, list[ScenarioHistory]]]:
+        """Each owner's subtotal with its scenarios, in report order (subtotals computed here for a Report
+        built without them, so no scenario is ever left out of a rendering)."""
+        return [(t, [h for h in self.scenarios if h.owner == t.owner])
+                for t in (self.owners or owner_totals(self.scenarios))]
+
+
+def _owner_key(owner: str | None) -> tuple[bool, str]:
+    return owner is None, owner or ""
+
+
+def owner_totals(histories: Sequence[ScenarioHistory]) -> list[OwnerTotal]:
+    """Subtotals per owner (sorted; no owner last), verdict counts sorted by verdict."""
+    groups: dict[str | None, list[ScenarioHistory]] = {}
+    for h in histories:
+        groups.setdefault(h.owner, []).append(h)
+    totals = []
+    for owner in sorted(groups, key=_owner_key):
+        hs = groups[owner]
+        counts: dict[str, int] = {}
+        for h in hs:
+            counts[h.latest_verdict] = counts.get(h.latest_verdict, 0) + 1
+        totals.append(OwnerTotal(owner, len(hs), sum(h.latest_verdict in GREEN for h in hs), dict(sorted(
+            counts.items()))))
+    return totals
 
 
 def _history(rows: list[LedgerRow], window: int, now: datetime) -> ScenarioHistory:
@@ -124,11 +175,13 @@ def build_report(rows: Iterable[LedgerRow], *, window: int = DEFAULT_WINDOW, now
     for row in rows:
         groups.setdefault((row.pack or "", row.scenario_id), []).append(row)
         sweeps.setdefault(row.sweep_id, []).append(row)
-    histories = [_history(g, window, now) for _, g in sorted(groups.items())]
+    histories = sorted((_history(g, window, now) for _, g in sorted(groups.items())),
+                       key=lambda h: _owner_key(h.owner))  # stable: (pack, scenario) order within an owner
     points = sorted((SweepPoint(sid, min(r.ts for r in rs), len(rs), sum(r.verdict in GREEN for r in rs))
                      for sid, rs in sweeps.items()), key=lambda p: p.ts)[-window:]
     return Report(generated_at=iso(now, "seconds"), window=window,
-                  rows=len(rows), scenarios=histories, sweeps=points, problems=list(problems))
+                  rows=len(rows), scenarios=histories, sweeps=points, problems=list(problems),
+                  owners=owner_totals(histories))
 
 
 # ---------------------------------------------------------------- rendering
@@ -169,7 +222,14 @@ HEADER = ["VERDICT", "SCENARIO", "PACK", "OWNER", "TREND", "RATE", "FLIPS", "SIN
 def render_text(report: Report) -> str:
     table = [HEADER] + [[clean(c) for c in _cells(h)] for h in report.scenarios]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)]
-    lines = ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]).rstrip() for r in table]
+
+    def line(r: list[str]) -> str:
+        return "  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]).rstrip()
+
+    lines = [line(HEADER)]
+    for total, histories in report.by_owner():  # each owner's rows, then its subtotal
+        lines += [line([clean(c) for c in _cells(h)]) for h in histories]
+        lines.append(clean(total.describe()))
     lines.append(f"{len(report.scenarios)} scenario(s), {report.rows} ledger row(s), trend over the last "
                  f"{report.window} sweep(s)")
     lines += [f"warning: {clean(p)}" for p in report.problems]
@@ -190,10 +250,11 @@ def _md(text: str) -> str:
 def render_markdown(report: Report) -> str:
     lines = [f"# wt-otel report ({report.generated_at})", "",
              f"{len(report.scenarios)} scenario(s), {report.rows} ledger row(s); trend over the last "
-             f"{report.window} sweep(s).", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    for h in report.scenarios:
-        lines.append("| " + " | ".join(_md(c) for c in _cells(h)) + " |")
+             f"{report.window} sweep(s)."]
+    for total, histories in report.by_owner():  # a section per owner, its subtotal as the heading
+        lines += ["", f"## {_md(total.describe()[:1].upper() + total.describe()[1:])}", "",
+                  "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(_md(c) for c in _cells(h)) + " |" for h in histories]
     if report.problems:
         lines += ["", "## Ledger problems", ""] + [f"- {_md(p)}" for p in report.problems]
     return "\n".join(lines) + "\n"
@@ -239,7 +300,7 @@ font-weight:600}.v-FAIL,.v-ERROR{color:#b00020;font-weight:600}.v-INVALID{color:
 .detail{max-width:40em;word-break:break-word;font-family:ui-monospace,monospace;font-size:12px}
 .chart .frame{fill:none;stroke:#ccc}.chart .grid{stroke:#eee}.chart .axis{font-size:10px;text-anchor:end;fill:#666}
 .chart .line{fill:none;stroke:#3366cc;stroke-width:2}.chart .ok{fill:#176d2c}.chart .bad{fill:#b00020}
-.problems{color:#b00020}
+.problems{color:#b00020}.subtotal th{background:#fafafa;font-weight:600;text-align:right}
 """
 
 
@@ -247,6 +308,7 @@ def render_html(report: Report) -> str:
     overall = svg_chart([(f"sweep {p.sweep_id} ({p.ts}): {p.green}/{p.scenarios} green", p.rate)
                          for p in report.sweeps], title="share of green scenarios per sweep")
     rows = []
+    subtotal_after = {id(hs[-1]): t for t, hs in report.by_owner() if hs}
     for h in report.scenarios:
         spark = svg_chart([(f"{v} ({i + 1} of {len(h.trend)})", r) for i, (v, r) in
                            enumerate(zip(h.verdicts, h.trend, strict=True))],
@@ -256,6 +318,9 @@ def render_html(report: Report) -> str:
                     + "".join(f"<td>{_esc(c)}</td>" for c in cells[1:4])
                     + f"<td>{spark}</td>" + "".join(f"<td>{_esc(c)}</td>" for c in cells[5:8])
                     + f'<td class="detail">{_esc(cells[8])}</td></tr>')
+        total = subtotal_after.get(id(h))
+        if total is not None:
+            rows.append(f'<tr class="subtotal"><th colspan="{len(HEADER)}">{_esc(total.describe())}</th></tr>')
     problems = ""
     if report.problems:
         problems = ('<h2>Ledger problems</h2><ul class="problems">'

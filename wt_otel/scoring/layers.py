@@ -277,11 +277,18 @@ def score_scenario(scenario_id: str, scenario: Scenario | None, directory: Path 
                 write_score(RunScore(scenario_id=scenario_id, run_index=0, run_id=entry["run_id"],
                                      layers={"robustness": layer}, gate=["robustness"], passed=layer.passed,
                                      trace_path=str(path)), path)
-        unhandled = [e for e in entries if not e["passed"]]
-        if unhandled and "robustness" in gate and verdict in ("PASS", "PASS_WITH_VARIANCE"):
-            verdict = "FAIL"
-            detail = f"robustness: {len(unhandled)}/{len(entries)} perturbation(s) not handled; " + \
-                unhandled[0]["detail"]
+        # a perturbation that tested nothing (status ERROR) proves nothing: never a PASS; one tested and not
+        # handled is a finding, and FAIL says it first
+        untested = [e for e in entries if e.get("status") == "ERROR"]
+        unhandled = [e for e in entries if not e["passed"] and e.get("status") != "ERROR"]
+        if "robustness" in gate and verdict in ("PASS", "PASS_WITH_VARIANCE") and (unhandled or untested):
+            verdict = "FAIL" if unhandled else "ERROR"
+            worst = unhandled or untested
+            detail = f"robustness: {len(worst)}/{len(entries)} perturbation(s) " + \
+                ("not handled" if unhandled else "not tested")
+            if unhandled and untested:
+                detail += f" ({len(untested)} more not tested)"
+            detail += "; " + worst[0]["detail"]
     return ScenarioResult(
         scenario_id=scenario_id, label=traces[0].label if traces else None, verdict=verdict, detail=detail,
         runs=len(traces), runs_passed=sum(s.passed for s in scores), layer_pass_rates=rates,

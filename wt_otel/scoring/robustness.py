@@ -2,6 +2,10 @@
 
 Each perturbation run (`wt_otel.contracts.perturbation`) is judged on its own:
 
+0. the perturbation was tested at all: the perturbed tool was served (the universe answered at least one
+   call with the perturbation) and, under a cassette, every model request was answered from it. A run
+   whose agent got a cassette miss (422) after the perturbed result, or never called the perturbed tool,
+   tested nothing: its entry is `status: ERROR` (never "handled") and so is the scenario;
 1. the turn ended in-contract: an ERROR (the endpoint blew its deadline with no error envelope, raised,
    broke the wire) or INVALID (it reached live tools) run did not handle it;
 2. no fabrication: the reply states no value that only the perturbed tool's *recording* holds, i.e.
@@ -60,9 +64,39 @@ def hidden_facts(perturbation: Perturbation, universe: Universe | None, trace: T
     return sorted(f for f in recorded if not _said(seen, f))
 
 
+NOT_TESTED = "ERROR: not tested: "  # the detail prefix of a perturbation run that exercised nothing
+
+
+def untested(trace: Trace, perturbation: Perturbation) -> str | None:
+    """Why this perturbation run tested nothing, or None when it did.
+
+    Counted only when the universe served the perturbed tool (a call carries `extra.perturbation`) and the
+    model answered every request: a cassette miss (422) means the agent saw an error from the harness, not
+    from the perturbed tool, so whatever it replied proves nothing about how it handles the perturbation.
+    """
+    misses = [c for c in trace.llm_calls if c.match == "miss"]
+    if misses:
+        first = misses[0]
+        status = f"{first.status} " if first.status else ""
+        at = (first.divergence or {}).get("at")
+        return (f"{len(misses)} model request(s) matched no cassette recording (the first answered {status}"
+                f"{'at ' + str(at) if at else 'as a miss'}): the agent never answered the perturbed result from "
+                "the model; record a cassette for the perturbed path (--llm record) or run it with --llm live")
+    served = [c for c in trace.mcp_calls if (c.extra or {}).get("perturbation") is not None]
+    if not served:
+        called = sorted({c.tool_name for c in trace.mcp_calls})
+        return (f"the perturbed tool {perturbation.tool!r} was never served during this run (tools called: "
+                f"{', '.join(called) if called else 'none'})")
+    return None
+
+
 def judge(trace: Trace, perturbation: Perturbation, universe: Universe | None) -> LayerResult:
-    """One perturbation run's robustness result."""
+    """One perturbation run's robustness result; a detail starting with NOT_TESTED marks an ERROR."""
     label = perturbation.label
+    if trace.integrity.status != "ERROR":
+        why = untested(trace, perturbation)
+        if why is not None:
+            return LayerResult(passed=False, detail=f"{label}: {NOT_TESTED}{why}")
     if trace.integrity.status != "PASS":
         return LayerResult(passed=False, detail=f"{label}: not handled: the run was {trace.integrity.status} "
                                                 f"({trace.integrity.detail})")
@@ -85,13 +119,16 @@ def judge(trace: Trace, perturbation: Perturbation, universe: Universe | None) -
 
 
 def robustness(perturbed: Sequence[Trace], universe: Universe | None) -> list[dict[str, Any]]:
-    """One entry per perturbation run: {perturbation, passed, detail, run_id}."""
+    """One entry per perturbation run: {perturbation, kind, tool, passed, status (PASS, FAIL, or ERROR: it tested
+    nothing; a run that blew its deadline did not handle the perturbation: FAIL), detail, run_id}."""
     out = []
     for trace in perturbed:
         data = dict(trace.perturbation or {})
         data.pop("label", None)
         perturbation = Perturbation.model_validate(data)
         result = judge(trace, perturbation, universe)
+        untested_run = result.detail.startswith(f"{perturbation.label}: {NOT_TESTED}")
+        status = "ERROR" if untested_run else "PASS" if result.passed else "FAIL"
         out.append({"perturbation": perturbation.label, "kind": perturbation.kind, "tool": perturbation.tool,
-                    "passed": result.passed, "detail": result.detail, "run_id": trace.run_id})
+                    "passed": result.passed, "status": status, "detail": result.detail, "run_id": trace.run_id})
     return out

@@ -102,19 +102,38 @@ def all_of(*fns: Callable[[Trace], Any]) -> Scorer:
 
 
 def any_of(*fns: Callable[[Trace], Any]) -> Scorer:
-    """Pass when one child passes (its detail is kept); else fail with every child's detail joined."""
+    """Pass when one child passes. Every child runs, and the detail reports each ("[PASS] ... | [FAIL] ..."),
+    so a passing alternative never hides what the others found.
+
+    A constraint predicate given as an alternative (`any_of(no_divergence(), X)`) is judged here on its real
+    result: an alternative cannot be split into another layer, and no_divergence's placeholder pass inside
+    an outcome would otherwise make the whole any_of pass on a divergent run without looking at X.
+    """
 
     def score(trace: Trace) -> LayerResult:
-        details = []
+        results = []
         for fn in fns:
-            result = run_scorer(fn, trace)
-            if result.passed:
-                return result
-            details.append(result.detail or f"{_name(fn)} failed")
-        return LayerResult(passed=False, detail="none of the alternatives passed: " + " | ".join(details))
+            with constraint_capture() as diverted:
+                result = run_scorer(fn, trace)
+            if diverted:
+                result = _with_diverted(result, diverted)
+            results.append(result)
+        lines = [f"[{'PASS' if r.passed else 'FAIL'}] {r.detail or _name(fn)}" for fn, r in
+                 zip(fns, results, strict=True)]
+        won = sum(r.passed for r in results)
+        if won:
+            return LayerResult(passed=True, detail=f"any_of: {won}/{len(fns)} alternative(s) passed: "
+                                                   + " | ".join(lines))
+        return LayerResult(passed=False, detail="none of the alternatives passed: " + " | ".join(lines))
 
     score.__name__ = "any_of"
     return score
+
+
+def _with_diverted(result: LayerResult, diverted: Sequence[LayerResult]) -> LayerResult:
+    """A child's own result joined with the constraint results it reported (they decide it as much as it does)."""
+    parts = [r.detail for r in diverted if r.detail] + ([result.detail] if result.detail else [])
+    return LayerResult(passed=result.passed and all(r.passed for r in diverted), detail="; ".join(parts))
 
 
 # ---------------------------------------------------------------- observation (state assertions)
@@ -166,7 +185,7 @@ def _source(trace: Trace, source: str) -> Any:
         return trace.surface.model_dump(mode="json") if trace.surface else None
     if source == "trace":
         return trace.model_dump(mode="json")
-    observations = (trace.model_extra or {}).get("observations")
+    observations = trace.observations
     if not isinstance(observations, dict) or source not in observations:
         known = ", ".join(OBSERVATION_SOURCES)
         have = ", ".join(observations) if isinstance(observations, dict) and observations else "none"
@@ -182,8 +201,9 @@ def observation(source: str, path: str, predicate: Callable[[Any], bool], label:
       final_reply - the last turn's reply (a string; a non-empty `path` parses it as JSON first),
       turns / mcp_calls / llm_calls - those lists as JSON (e.g. `mcp_calls`, `[0].result.email`),
       surface - the /wt/surface probe, trace - the whole trace document;
-    any other name is looked up in the trace's `observations` object (a runtime that
-    records end state, say a database row, adds it there: `observations: {db: {...}}`).
+    any other name is looked up in the trace's `observations` object: `universe` (filled by
+    `wt-otel run`: per-tool end state and the writes, `wt_otel.replay.observations`), and whatever
+    else the code that wrote the trace put there (say a database row: `observations: {db: {...}}`).
     `path` is dotted keys and [indexes] (`a.b[0].c`, `[-1]`, `["key.with.dots"]`); "" is the value itself.
     A missing path or a raising predicate is a failure naming it.
     """

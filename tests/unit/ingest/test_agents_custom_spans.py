@@ -23,8 +23,9 @@ from wt_otel.ingest.sessions import build_session
 
 MAKE = textwrap.dedent('''
     import json, sys
-    from agents.tracing import (TracingProcessor, custom_span, function_span, generation_span, guardrail_span,
-                                handoff_span, set_trace_processors, trace)
+    from agents.tracing import (TracingProcessor, agent_span, custom_span, function_span, generation_span,
+                                guardrail_span, handoff_span, mcp_tools_span, response_span, set_trace_processors,
+                                speech_span, trace)
 
     class Jsonl(TracingProcessor):
         def __init__(self, path): self.fh = open(path, "w")
@@ -51,6 +52,13 @@ MAKE = textwrap.dedent('''
             pass
         with custom_span("risk_score", data={"score": 0.93}):
             pass
+        with agent_span("refunds", handoffs=["human"], tools=["refund"], output_type="str"):
+            with mcp_tools_span(server="crm", result=["refund", "lookup_order"]):
+                pass
+            with response_span():
+                pass
+            with speech_span(model="tts-1", input="Done: refunded.", output="<audio>"):
+                pass
 ''')
 
 
@@ -83,6 +91,23 @@ def test_custom_span_types_are_kept_with_their_payload(dump: Path) -> None:
     future = next(c for c in session.custom_spans if c.get("sdk_type") == "approval_request")
     assert future["type"] == "custom" and future["data"] == {"tool": "refund", "approved": False}
     assert [c.tool_name for c in session.witnessed_calls] == ["refund"]  # tools stay tools
+
+
+def test_known_span_types_without_a_richer_mapping_are_kept_too(dump: Path) -> None:
+    """agent, mcp_tools, response, speech...: known SDK types the session has no field for are custom spans
+    with their `sdk_type` and payload; generation and function spans stay model and tool calls."""
+    session = session_of(dump)
+    by_sdk = {c.get("sdk_type"): c for c in session.custom_spans if c.get("sdk_type")}
+    assert {"agent", "mcp_tools", "response", "speech", "approval_request"} <= set(by_sdk)
+    agent = by_sdk["agent"]
+    assert agent["type"] == "custom" and agent["name"] == "refunds"
+    assert agent["data"]["handoffs"] == ["human"] and agent["data"]["output_type"] == "str"
+    tools = by_sdk["mcp_tools"]
+    assert tools["name"] == "crm" and tools["data"]["result"] == ["refund", "lookup_order"]
+    assert by_sdk["speech"]["data"]["model"] == "tts-1"
+    assert tools["parent_span_id"] == agent["span_id"]
+    assert not {"generation", "function"} & set(by_sdk)  # richer mappings: LLM calls and tool calls
+    assert [c.tool_name for c in session.witnessed_calls] == ["refund"]
 
 
 def test_import_keeps_them_in_the_envelope_and_reads_them_back(dump: Path, tmp_path: Path) -> None:

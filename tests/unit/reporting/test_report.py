@@ -100,3 +100,43 @@ def test_report_tolerates_a_torn_ledger_and_needs_rows(tmp_path: Path) -> None:
         f.write(b'{"wt_ledger": 1, "ts"')
     res = cli("report", "--runs-dir", str(tmp_path / "runs"), "--format", "markdown")
     assert res.exit_code == 0 and "torn last line" in res.output and "## Ledger problems" in res.output
+
+
+def owned_history() -> list[LedgerRow]:
+    return [*history(), row(4, "refund", "PASS", pack="billing", owner="team-a"),
+            row(4, "search", "FAIL", 0, owner="team-b", detail="outcome: wrong city")]
+
+
+def test_report_groups_scenarios_by_owner_with_subtotals() -> None:
+    report = build_report(owned_history(), now=NOW)
+    assert [(h.owner, h.scenario_id) for h in report.scenarios] == [
+        ("team-a", "flaky"), ("team-a", "refund"), ("team-b", "search"), (None, "down"), (None, "steady")]
+    totals = {t.owner: t for t in report.owners}
+    assert [t.owner for t in report.owners] == ["team-a", "team-b", None]  # no owner last
+    assert (totals["team-a"].scenarios, totals["team-a"].green, totals["team-a"].verdicts) == (
+        2, 1, {"FAIL": 1, "PASS": 1})
+    assert (totals[None].scenarios, totals[None].green, totals[None].rate) == (2, 1, 0.5)
+    assert totals["team-b"].rate == 0.0
+
+
+def test_report_text_markdown_html_and_json_show_owner_subtotals(tmp_path: Path) -> None:
+    write_ledger(tmp_path / "runs", owned_history())
+    res = cli("report", "--runs-dir", str(tmp_path / "runs"))
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].split()[:4] == ["VERDICT", "SCENARIO", "PACK", "OWNER"]
+    subtotals = [line for line in lines if line.startswith("owner ")]
+    assert subtotals == ["owner team-a: 2 scenario(s), 1 green (50%): FAIL 1, PASS 1",
+                         "owner team-b: 1 scenario(s), 0 green (0%): FAIL 1"]
+    assert "no owner: 2 scenario(s), 1 green (50%): ERROR 1, PASS 1" in lines
+    team_a = lines.index(subtotals[0])  # each owner's rows sit right above its subtotal
+    assert " flaky " in lines[team_a - 2] and " refund " in lines[team_a - 1]
+    res = cli("report", "--runs-dir", str(tmp_path / "runs"), "--format", "json")
+    data = json.loads(res.output)
+    assert data["owners"][0] == {"owner": "team-a", "scenarios": 2, "green": 1, "rate": 0.5,
+                                 "verdicts": {"FAIL": 1, "PASS": 1}}
+    markdown = cli("report", "--runs-dir", str(tmp_path / "runs"), "--format", "markdown").output
+    assert "## Owner team-a: 2 scenario\\(s\\), 1 green \\(50%\\)" in markdown and "## No owner:" in markdown
+    assert markdown.index("## Owner team-b") < markdown.index("| FAIL | search |") < markdown.index("## No owner")
+    page = cli("report", "--runs-dir", str(tmp_path / "runs"), "--format", "html").output
+    assert "owner team-b: 1 scenario(s), 0 green (0%)" in page

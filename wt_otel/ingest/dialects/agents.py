@@ -4,7 +4,10 @@ The readers keep each record's payload untouched in `openai_agents.span_data`
 or `generic.record`; both use the same per-type fields: `generation` (input
 and output as chat messages, model, model_config, usage) and `function` /
 `tool` (name, input, output; no tool-call id, so the session builder
-correlates by name and order). `agent` spans name the tools offered.
+correlates by name and order). `agent` and `mcp_tools` spans name the tools offered.
+Every other span type, known to the SDK or not, is kept whole as a canonical custom span
+(`custom_span`), and so are agent and mcp_tools spans, whose names, handoffs, output type
+and server the tool list does not carry.
 """
 
 from __future__ import annotations
@@ -38,35 +41,39 @@ def extract(span: SpanRecord) -> list[Observation]:
         return [tool_execution(span, str(data.get("name") or ""), data.get("input"), data.get("output"),
                                (data.get("mcp_data") or {}).get("call_id") if isinstance(data.get("mcp_data"), dict)
                                else None, NAME)]
-    if kind == "agent" and isinstance(data.get("tools"), list):
+    offered = data.get("tools") if kind == "agent" else data.get("result") if kind == "mcp_tools" else None
+    if isinstance(offered, list):  # an mcp_tools span's `result` is the server's tool list, not a tool's output
         call = base_call(span, NAME)
         call.is_transcript = True
-        call.tool_definitions = [{"name": t, "description": ""} for t in data["tools"] if isinstance(t, str) and t]
+        call.tool_definitions = [{"name": t, "description": ""} for t in offered if isinstance(t, str) and t]
         return [call]
     return []
 
 
-KNOWN = frozenset({"agent", "generation", "function", "tool", "response", "mcp_tools", "transcription", "speech",
-                   "speech_group"})
+# the types the session holds whole elsewhere (model calls, tool executions); every other one, known or not,
+# is kept as a custom span: agent (name, handoffs, output_type), response (response_id), mcp_tools (server),
+# transcription / speech / speech_group (model, formats, text) have no richer place in the session
+MAPPED = frozenset({"generation", "function", "tool"})
 CUSTOM = frozenset({"guardrail", "handoff", "custom"})
 
 
 def custom_span(span: SpanRecord) -> dict[str, Any] | None:
-    """A guardrail, handoff, custom or not-yet-known span type as a canonical custom span, or None.
+    """Any span type but a model call or tool execution (MAPPED) as a canonical custom span, or None.
 
     trace2test keeps new SDK span types "as canonical custom spans so an import does not silently lose
-    their payload": the type is kept (an unknown one becomes `custom` with `sdk_type`), the payload too.
+    their payload"; the known types with no richer mapping are kept the same way. The type is kept (any
+    but guardrail, handoff and custom becomes `custom` with `sdk_type`), the payload too.
     """
     data = payload(span)
     if data is None:
         return None
     kind = str(data.get("type") or "")
-    if kind in KNOWN:
+    if kind in MAPPED:
         return None
     rest = {k: v for k, v in data.items() if k != "type"}
+    named = data.get("to_agent") if kind == "handoff" else data.get("server") if kind == "mcp_tools" else None
     out: dict[str, Any] = {"type": kind if kind in CUSTOM else "custom", "span_id": span.span_id,
-                           "name": str(data.get("name") or (data.get("to_agent") if kind == "handoff" else None)
-                                       or kind or "custom")}
+                           "name": str(data.get("name") or named or kind or "custom")}
     if kind not in CUSTOM:
         out["sdk_type"] = kind
     if kind == "guardrail":
