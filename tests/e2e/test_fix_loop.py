@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,9 @@ from click.testing import CliRunner
 import tests.support.producers  # noqa: F401  (puts the fake provider on sys.path)
 from wt_otel.cli import main
 from wt_otel.contracts.cassette import load_cassette
+from wt_otel.contracts.universe import load_universe
+from wt_otel.replay.mcp_server import UniverseMCPServer
+from wt_otel.replay.universe import RecordedUniverse
 
 pytest.importorskip("agents", reason="openai-agents is a test dependency")
 
@@ -118,3 +122,114 @@ def test_fail_reproduced_prompt_fixed_divergence_diff_record_then_pass_on_replay
     last = json.loads(traces[-1].read_text())
     assert last["evidence"]["llm"] == "replay" and all(c["match"] == "exact" for c in last["llm_calls"])
     assert [c["tool_name"] for c in last["mcp_calls"]] == ["client_lookup"]
+
+
+# ---------------------------------------------------------------- a fix that calls another tool
+
+CONTACTS_PROMPT = OLD_PROMPT + " Phone numbers are in client_contacts."
+CONTACTS = [{"kind": "email", "value": "ops@bluewing.example"}, {"kind": "phone", "value": PHONE}]
+CONTACTS_TOOL = {"name": "client_contacts", "description": "A client's contact points.",
+                 "input_schema": {"type": "object", "properties": {"client": {"type": "string"}},
+                                  "required": ["client"]}}
+# production: the lookup has no phone; the contacts tool (offered, never called in the incident) has it
+PRODUCTION = {"windtunnel_universe": 1, "tools": [UNIVERSE["tools"][0], CONTACTS_TOOL], "recordings": [
+    {"tool_name": "client_lookup", "args": {"query": "Bluewing"},
+     "result": {"name": "Bluewing", "email": "ops@bluewing.example"}},
+    {"tool_name": "client_contacts", "args": {"client": "Bluewing"}, "result": CONTACTS}]}
+
+
+def decide_contacts(messages: list[dict], tools_offered: bool) -> dict:
+    """Look the client up (in client_contacts when the prompt says so), then quote what the tool returned."""
+    system = " ".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+    results = [m for m in messages if m.get("role") == "tool"]
+    if tools_offered and not results:
+        if "client_contacts" in system:
+            return {"tool_call": ("call_contacts1", "client_contacts", json.dumps({"client": "Bluewing"}))}
+        return {"tool_call": ("call_lookup1", "client_lookup", json.dumps({"query": "Bluewing"}))}
+    phone = None
+    for m in results:
+        content = m.get("content")
+        if isinstance(content, list):  # content parts (an error result, say)
+            content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        try:
+            data = json.loads(content or "")
+        except (TypeError, ValueError):
+            continue
+        if isinstance(data, dict):  # MCP structured content wraps a list as {"result": [...]}
+            data = data.get("result")
+        for item in data if isinstance(data, list) else []:
+            if isinstance(item, dict) and item.get("kind") == "phone":
+                phone = item.get("value")
+    return {"text": "Bluewing: ops@bluewing.example" + (f", phone {phone}." if phone else ".")}
+
+
+def printed(out: str, command: str) -> list[str]:
+    """The `wt-otel <command> ...` lines `wt-otel run` printed, as argv for `main` (without `wt-otel`)."""
+    return [shlex.split(line.strip())[1:] for line in out.splitlines() if line.strip().startswith(f"wt-otel {command}")]
+
+
+def test_a_fix_that_calls_another_tool_reaches_pass_with_the_commands_run_prints(tmp_path: Path) -> None:
+    """Incident (client_lookup, no phone) -> fix (the prompt sends the agent to client_contacts) -> the
+    prompt change is named -> re-recorded live, the new tool call is a miss and `run` prints how to answer it
+    -> `universe record` asks the real tool server -> PASS live and on replay -> the old prompt back is a
+    regression, not a recording gap."""
+    server, port = fake_openai.start_server(decide_fn=decide_contacts)
+    upstream = f"http://127.0.0.1:{port}/v1"
+    directory = tmp_path / "bluewing-contact"
+    directory.mkdir()
+    universe_file = directory / "fixture.universe.json"
+    recorded = {**UNIVERSE, "tools": [UNIVERSE["tools"][0], CONTACTS_TOOL],
+                "recordings": [{**PRODUCTION["recordings"][0], "source": "witnessed"}]}
+    universe_file.write_text(json.dumps(recorded))
+    (directory / "scenario.yaml").write_text(yaml.safe_dump({
+        "wt_scenario": 1, "id": "bluewing-contact", "user_turns": [TURN], "requires_tool_use": True,
+        "assertions": [{"type": "output", "contains": PHONE}],
+        "fixtures": {"universe": "fixture.universe.json", "cassette": "llm.cassette.json"}, "runs": 1}))
+    crm = UniverseMCPServer(RecordedUniverse(load_universe(PRODUCTION)), port=0)  # the real tool server
+    crm.start()
+    try:
+        code, out = run(directory, OLD_PROMPT, "record", "--llm-upstream", upstream)  # the incident
+        assert code == 1 and re.search(r"^FAIL +bluewing-contact", out, re.M), out
+
+        code, out = run(directory, CONTACTS_PROMPT, "replay")  # the fix: its prompt change is named
+        assert code == 1 and "system prompt changed:" in out and "re-record" in out, out
+        assert "wt-otel universe add" not in out
+        row = last_row(directory)
+        assert row["triage"] == "prompt_changed", row
+
+        code, out = run(directory, CONTACTS_PROMPT, "record", "--llm-upstream", upstream)  # live: a new tool call
+        assert code == 1, out
+        [add] = printed(out, "universe add")
+        assert add[:6] == ["universe", "add", str(universe_file), "--tool", "client_contacts", "--args"], add
+        assert json.loads(add[6]) == {"client": "Bluewing"} and add[7:] == ["--result", "RESULT_JSON"]
+        assert "+ client: \"Bluewing\"" not in out  # a tool with no recording says so, not a bogus diff
+        assert "no recording of 'client_contacts'" in out, out
+        assert last_row(directory)["triage"] == "recording_gap"
+        [record] = printed(out, "universe record")
+        assert "URL_OR_COMMAND" in record
+
+        res = CliRunner().invoke(main, [crm.url if a == "URL_OR_COMMAND" else a for a in record],
+                                 catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert 'client_contacts({"client": "Bluewing"}) -> [{"kind": "email"' in res.output, res.output
+        saved = json.loads(universe_file.read_text())["recordings"][-1]
+        assert saved == {"tool_name": "client_contacts", "args": {"client": "Bluewing"}, "result": CONTACTS,
+                         "source": "recorded"}, "stored as the tool returned it: a list, not {'result': [...]}"
+
+        code, out = run(directory, CONTACTS_PROMPT, "record", "--llm-upstream", upstream)  # verified live
+        assert code == 0 and re.search(r"^PASS +bluewing-contact", out, re.M), out
+        assert "wt-otel universe add" not in out
+        code, out = run(directory, CONTACTS_PROMPT, "replay")  # green, hermetically
+        assert code == 0 and re.search(r"^PASS +bluewing-contact", out, re.M), out
+
+        code, out = run(directory, OLD_PROMPT, "replay")  # the bug re-introduced: a regression, named as such
+        assert code == 1 and "the old behaviour is back" in out, out
+        assert last_row(directory)["triage"] == "agent_regression"
+    finally:
+        crm.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def last_row(directory: Path) -> dict:
+    return json.loads((directory.parent / "runs" / "ledger.ndjsonl").read_text().splitlines()[-1])

@@ -11,8 +11,8 @@ or the MCP servers, and each family's imports cost start-up time.
     formats      schema, validate
     files        import
     serve        serve, flag
-    sessions     sessions render
-    servers      universe (serve, freeze), cassette (serve, record)
+    sessions     sessions list, render
+    servers      universe (serve, freeze, add, record), cassette (serve, record)
     conformance  conformance
     replay       run, report, check
     surface      surface (fetch, diff, drift)
@@ -67,8 +67,14 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="wt-otel")
-def main() -> None:
+@click.option("-v", "--verbose", count=True,
+              help="Show more of the log: -v info lines and the libraries' warnings, -vv debug with tracebacks "
+                   "(default: wt-otel's warnings and the libraries' errors).")
+def main(verbose: int) -> None:
     """Turn OpenTelemetry traces of LLM agents into hermetic regression tests."""
+    from wt_otel.cli.logsetup import configure_cli_logging
+
+    configure_cli_logging(verbose)
 
 
 __all__ = ["COMMANDS", "main"]

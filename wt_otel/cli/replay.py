@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from wt_otel.cli._record_options import budget_from, record_budget_options
 from wt_otel.components import load as load_component
 from wt_otel.components import names
 from wt_otel.replay.runtimes import runtime_names
@@ -32,12 +33,13 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
 @click.option("--llm", type=click.Choice(["auto", "replay", "live", "record"]), default="auto", show_default=True,
               help="replay: answer the model from each scenario's cassette (OpenAI Chat Completions, Responses and "
                    "Anthropic Messages APIs); a request the recording lacks fails with a diff of what changed. "
-                   "live: the agent's own provider. record: live through a proxy that appends the run to the "
-                   "scenario's cassette (the new baseline after a fix). auto, the default here and in serve's "
-                   "auto-replay alike: replay when the scenario has a cassette (hermetic, free, the incident "
-                   "reproduced), else live with a warning. See docs/fix-loop.md.")
+                   "live: the agent's own provider. record: live through a proxy that appends each run that ends "
+                   "within budget to the scenario's cassette (the new baseline after a fix). auto, the default here "
+                   "and in serve's auto-replay alike: replay when the scenario has a cassette (hermetic, free, the "
+                   "incident reproduced), else live with a warning. See docs/fix-loop.md.")
 @click.option("--llm-upstream", metavar="URL",
               help="--llm record: the live provider's base URL [$OPENAI_BASE_URL, else https://api.openai.com/v1].")
+@record_budget_options
 @click.option("--llm-match", type=click.Choice(["exact", "sequence"]), default="exact", show_default=True,
               help="How the cassette server matches requests (with --llm replay).")
 @click.option("--pace", is_flag=True,
@@ -45,11 +47,12 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
 @click.option("--perturb", "perturb", multiple=True, metavar="KIND[:TOOL[:ARG]]",
               help="A robustness run per flag, for every scenario: error:TOOL[:MESSAGE], empty:TOOL, "
                    "slow:TOOL[:SECONDS] (TOOL * for all); results in the robustness layer, which joins the gate.")
-@click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
-              envvar="WT_UNIVERSE_PORT", show_envvar=True,
-              help="Port of the universe MCP server (0: a free one; an out-of-process agent must be told).")
-@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True, envvar="WT_LLM_PORT",
-              show_envvar=True, help="Port of the cassette server or recording proxy (with --llm replay, record).")
+@click.option("--universe-port", type=click.IntRange(0, 65535), default=0, envvar="WT_UNIVERSE_PORT",
+              show_envvar=True, help="Port of the universe MCP server [default: 0, a free one; the agent is told "
+                                     "the URL in every /wt/reset and in $WT_UNIVERSE_URL].")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=0, envvar="WT_LLM_PORT", show_envvar=True,
+              help="Port of the cassette server or recording proxy (with --llm replay, record) [default: 0, a free "
+                   "one, told as llm_base_url and $WT_LLM_BASE_URL].")
 @click.option("--label", metavar="L", help="A label recorded in every trace, the summary and the ledger.")
 @selection_options
 @click.option("--format", "fmt", type=click.Choice(names("results_formats")),
@@ -70,7 +73,8 @@ if TYPE_CHECKING:  # click passes the Choice values; the modules are imported wh
               help="gen_ai.agent.name of the result spans' invoke_agent spans [the inject URL or runtime].")
 @click.pass_context
 def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_url: str | None, runs: int | None,
-         runs_dir: Path, llm: LlmMode, llm_upstream: str | None, llm_match: MatchMode, pace: bool,
+         runs_dir: Path, llm: LlmMode, llm_upstream: str | None, max_llm_calls: int, max_seconds: float,
+         max_bytes: int, llm_match: MatchMode, pace: bool,
          perturb: tuple[str, ...], universe_port: int, llm_port: int, label: str | None,
          scenario_globs: tuple[str, ...], tags: tuple[str, ...], packs: tuple[str, ...], owners: tuple[str, ...],
          fmt: str | None, out: Path | None, otlp_endpoint: str | None, otlp_protocol: str | None,
@@ -78,10 +82,11 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     """Replay scenarios against an agent, hermetically, and record a trace per run.
 
     PATH is a scenario directory (holding scenario.yaml) or a folder searched
-    for them. For each scenario its universe is served over MCP at
-    http://127.0.0.1:8648/mcp (and with --llm replay its cassette at
-    http://127.0.0.1:8649/v1); configure the agent with those URLs (an
-    in-process agent finds them in $WT_UNIVERSE_URL and $WT_LLM_BASE_URL).
+    for them. For each scenario its universe is served over MCP (and with
+    --llm replay its cassette as an OpenAI-compatible API) on free ports; the
+    agent is told the URLs: an http_inject endpoint in every /wt/reset body
+    (universe_url, llm_base_url; docs/inject-protocol.md), an in-process agent
+    in $WT_UNIVERSE_URL and $WT_LLM_BASE_URL.
     Each run resets the agent, probes /wt/surface, and injects the scenario's
     user turns into one new session.
 
@@ -181,6 +186,7 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
                       transient=True, disable=not console.is_terminal) as bar:
             task = bar.add_task("starting", total=None)
             options = RunOptions(runtime=runtime, runs_dir=runs_dir, runs=runs, llm=llm, llm_upstream=llm_upstream,
+                                 record_budget=budget_from(max_llm_calls, max_seconds, max_bytes),
                                  llm_match=llm_match, pace=pace, perturbations=perturbations,
                                  universe_port=universe_port,
                                  llm_port=llm_port, label=label, emit=click.echo,
@@ -193,6 +199,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
     record = sweep.record
     assert record is not None, "a finished sweep has its results document"
     load_component("exporters", "table")(record, file=sys.stdout)
+    for line in sweep.miss_hints():  # per tool call the universe could not answer, the command that answers it
+        click.echo(line)
     if sweep.stopped:
         click.echo(f"stopped: {sweep.stopped}", err=True)
     written = ""
@@ -230,7 +238,9 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     """Summarise the ledger: per scenario its latest verdict, pass-rate trend, flakiness, time since green.
 
     \b
-    text/markdown: one row per scenario
+    text/markdown: one row per scenario, grouped by owner (no owner last),
+    each owner followed by its subtotal ("owner team-a: 2 scenario(s), 1 green
+    (50%): FAIL 1, PASS 1")
       VERDICT  SCENARIO  PACK  OWNER  TREND  RATE  FLIPS  SINCE GREEN  DETAIL
     TREND is the pass rate (runs passed / runs) of the last N rows; FLIPS
     counts changes between green (PASS, PASS_WITH_VARIANCE) and not green.
@@ -272,10 +282,15 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Where --format junit|json goes; results.xml or results.json alone picks the format.")
 @click.option("--trace-id", metavar="ID", help="The recorded session to check, when DUMP holds several.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), metavar="D",
+              help="Check a session of serve's data dir instead of DUMP (with --session).")
+@click.option("--session", "session_name", metavar="KEY|SLUG",
+              help="With --data-dir: the session (rendered or kept for later: read as it is kept).")
 @selection_options
 @click.pass_context
 def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...], fmt: str, out: Path | None,
-           trace_id: str | None, **selectors: tuple[str, ...]) -> None:
+           trace_id: str | None, data_dir: Path | None, session_name: str | None,
+           **selectors: tuple[str, ...]) -> None:
     """Check recorded traces against trace2test suites, offline: no agent, no network, no model.
 
     Without --suite, every tests/agents/*.t2t.yaml (the convention) is
@@ -285,6 +300,9 @@ def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...],
     DUMP is an OTLP dump (JSON lines or protobuf, any supported GenAI
     dialect), OpenAI Agents SDK JSONL, generic JSONL or a *.wtin.json
     envelope. The dump must hold one session (or pick one with --trace-id).
+    --data-dir D --session KEY|SLUG checks a session of serve's data dir,
+    however it is kept (sessions kept by reference are read from the segment
+    log; nothing is written, serve may run).
     Assertions are judged on server-witnessed tool calls when the dump has
     execute_tool / TOOL spans, else on the transcript.
 
@@ -307,6 +325,18 @@ def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...],
     except ValueError as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
+    stored = None
+    if data_dir is not None or session_name is not None:
+        if data_dir is None or session_name is None or dump is not None:
+            click.echo("error: --data-dir and --session go together, instead of DUMP", err=True)
+            ctx.exit(2)
+        try:  # through the data dir's session store: every session, however serve keeps it
+            store = load_component("exporters", "sessions")(data_dir)
+            found = store.get(session_name)
+            stored = (store.session(found), store.directory(found))
+        except (FileNotFoundError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
     suites = list(dict.fromkeys(suite_paths)) or discover_suites(Path())
     if not suites:
         click.echo("error: no suite: pass --suite FILE or put suites in tests/agents/*.t2t.yaml", err=True)
@@ -323,7 +353,7 @@ def check_(ctx: click.Context, dump: Path | None, suite_paths: tuple[Path, ...],
     runs, broken = [], False
     for suite_path in suites:
         try:
-            run = run_check(suite_path, dump, trace_id, select=chosen)
+            run = run_check(suite_path, dump, trace_id, select=chosen, stored=stored)
         except (SuiteError, CheckInputError, EmptySelection) as exc:
             click.echo(f"error: {exc}", err=True)
             broken = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 from collections.abc import Callable
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+
+from wt_otel.cli._record_options import budget_from, record_budget_options
 
 if TYPE_CHECKING:  # the Choice value click passes; the module is imported when the command runs
     from wt_otel.replay.cassette_server import MatchMode
@@ -28,7 +31,7 @@ def listen_error(host: str, port: int, exc: BaseException) -> str:
 
 @click.group()
 def universe() -> None:
-    """Serve a recorded tool universe over MCP, or freeze a run's calls into one."""
+    """Serve a recorded tool universe over MCP, freeze a run's calls into one, or add answers to one."""
 
 
 @universe.command("serve")
@@ -190,6 +193,128 @@ def universe_freeze(ctx: click.Context, call_log: Path, tools_from: Path, out: P
     click.echo(f"wrote {out}: {kept} recording(s) from {len(calls)} call(s)")
 
 
+def _read_universe(ctx: click.Context, file: Path) -> dict:
+    """FILE parsed and validated, or a one-line error and exit 1."""
+    from wt_otel.contracts.universe import load_universe
+
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a universe file (a *.universe.json is one JSON object)")
+        load_universe(data)  # ContractError is a ValueError
+    except (OSError, ValueError) as exc:
+        click.echo(f"error: {file}: {getattr(exc, 'strerror', None) or exc}", err=True)
+        ctx.exit(1)
+    return data
+
+
+def _write_universe(file: Path, data: dict) -> None:
+    from wt_otel._util.fsutil import atomic_write
+
+    atomic_write(file, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _json_option(ctx: click.Context, flag: str, text: str, want_object: bool = False) -> object:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        click.echo(f"error: {flag} must be JSON ({exc}); got {text[:80]!r}"
+                   + (" (replace it with the tool's answer)" if text == "RESULT_JSON" else ""), err=True)
+        ctx.exit(2)
+    if want_object and not isinstance(value, dict):
+        click.echo(f'error: {flag} must be a JSON object of arguments, e.g. \'{{"query": "Bluewing"}}\'', err=True)
+        ctx.exit(2)
+    return value
+
+
+@universe.command("add")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--tool", required=True, help="The tool's name (added to the universe's tools if it is new).")
+@click.option("--args", "args_json", required=True, metavar="JSON", help="The call's arguments, a JSON object.")
+@click.option("--result", "result_json", metavar="JSON", help="What the tool answers, as JSON (stored as given).")
+@click.option("--error", "error_text", metavar="TEXT", help="The call fails with this error text instead.")
+@click.pass_context
+def universe_add(ctx: click.Context, file: Path, tool: str, args_json: str, result_json: str | None,
+                 error_text: str | None) -> None:
+    """Add a reviewed answer (source: manual) for a call the universe lacks.
+
+    For a fix that calls another tool, or the same tool with other arguments:
+    `wt-otel run` prints this command for each such call, with the arguments
+    filled in. A stateless tool's recording with the same arguments is replaced.
+    """
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.replay.universe import add_answer
+
+    if (result_json is None) == (error_text is None):
+        click.echo("error: give exactly one of --result JSON or --error TEXT", err=True)
+        ctx.exit(2)
+    args = _json_option(ctx, "--args", args_json, want_object=True)
+    assert isinstance(args, dict)  # _json_option exits otherwise
+    result = None if result_json is None else _json_option(ctx, "--result", result_json)
+    data = _read_universe(ctx, file)
+    try:
+        out, said = add_answer(data, tool, args, result=result, error=error_text, source="manual")
+    except ContractError as exc:
+        click.echo(f"error: the answer would make {file} invalid: {exc}", err=True)
+        ctx.exit(1)
+    _write_universe(file, out)
+    click.echo(f"{file}: {said} for {tool}({json.dumps(args, ensure_ascii=False, sort_keys=True)}), source manual")
+
+
+@universe.command("record")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--from", "source", required=True, metavar="URL_OR_COMMAND",
+              help="The real tool server: its MCP URL (streamable HTTP), or the command that starts it on stdio.")
+@click.option("--sweep", "sweep_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The sweep of `wt-otel run` whose tool misses to record (<runs-dir>/<sweep id>).")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds for the whole exchange with the server.")
+@click.pass_context
+def universe_record(ctx: click.Context, file: Path, source: str, sweep_dir: Path, timeout_s: float) -> None:
+    """Ask the real tool server once for each call of a sweep that FILE had no answer for; record each
+    answer (source: recorded) and show it.
+
+    Only the sweep's misses are called, each once: review what is printed
+    before you commit the universe (the server's answers become the replay's).
+    """
+    from wt_otel.contracts.problems import ContractError
+    from wt_otel.replay.misses import sweep_tool_misses
+    from wt_otel.replay.tool_recorder import ask_tool_server
+    from wt_otel.replay.universe import add_answer
+
+    data = _read_universe(ctx, file)
+    try:
+        misses = sweep_tool_misses(sweep_dir, file)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(1)
+    if not misses:
+        click.echo(f"no tool call of {sweep_dir} missed {file}: nothing to record")
+        return
+    try:
+        listing, answers = ask_tool_server(source, [(m.tool, m.args) for m in misses], timeout_s=timeout_s)
+    except Exception as exc:  # the SDK raises its own types (and groups) for a server that is down or not MCP
+        from wt_otel.replay.runtimes import describe_exception
+
+        click.echo(f"error: cannot ask the tool server at {source}: {describe_exception(exc)}", err=True)
+        ctx.exit(1)
+    defs = {t["name"]: t for t in listing}
+    for answer in answers:
+        shown = json.dumps(answer.result, ensure_ascii=False)
+        what = f"error {answer.error!r}" if answer.error is not None else (
+            shown if len(shown) <= 300 else shown[:297] + "...")
+        args = json.dumps(answer.args, ensure_ascii=False, sort_keys=True)
+        try:
+            data, said = add_answer(data, answer.tool, answer.args, result=answer.result, error=answer.error,
+                                    source="recorded", tool_def=defs.get(answer.tool))
+        except ContractError as exc:
+            click.echo(f"error: {answer.tool}({args}): the answer would make {file} invalid: {exc}", err=True)
+            ctx.exit(1)
+        click.echo(f"{answer.tool}({args}) -> {what}  [{said}]")
+    _write_universe(file, data)
+    click.echo(f"wrote {file}: {len(answers)} answer(s) recorded from {source} (source: recorded); review them")
+
+
 @click.group()
 def cassette() -> None:
     """Serve recorded LLM cassettes (*.cassette.json) to an agent under test."""
@@ -250,13 +375,14 @@ def cassette_serve(ctx: click.Context, file: Path, host: str, port: int, match: 
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), metavar="CASSETTE",
               help="The cassette to record into; an existing one keeps its history (a ring buffer of 5 runs).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8649, show_default=True, envvar="WT_LLM_PORT", show_envvar=True,
-              help="0 picks a free port.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8649, show_default=True, envvar="WT_LLM_PORT",
+              show_envvar=True, help="0 picks a free port.")
 @click.option("--record-tick-ms", type=click.FloatRange(min=0), default=100.0, show_default=True,
               help="Streamed chunks arriving within this window become one frame.")
+@record_budget_options
 @click.pass_context
 def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, port: int,
-                    record_tick_ms: float) -> None:
+                    record_tick_ms: float, max_llm_calls: int, max_seconds: float, max_bytes: int) -> None:
     """Pass an agent's model calls through to UPSTREAM and record them into CASSETTE until interrupted.
 
     \b
@@ -264,8 +390,11 @@ def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, por
     the OpenAI Responses API and Anthropic Messages (JSON or streamed) are
     recorded in the provider-agnostic cassette layer, so `cassette serve`
     replays them to any of the three APIs. This session is one new run of the
-    cassette (POST /wt/reset starts another); the file is rewritten after
-    every call. One line per recorded call:
+    cassette (POST /wt/reset ends it and starts another). A run is written
+    once, atomically, when it ends (reset, Ctrl-C, SIGTERM) within its budget
+    (--max-llm-calls, --max-seconds, --max-bytes); a run over budget has its
+    next model call refused, is never written, and the exit status is 1. A
+    killed recorder leaves the file as it was. One line per recorded call:
       #SEQ recorded[I] STATUS API MODEL [stream] frames=N ttfb=MS
     """
 
@@ -275,14 +404,26 @@ def cassette_record(ctx: click.Context, upstream: str, out: Path, host: str, por
         if entry["event"] == "upstream_error":
             click.echo(f"#{entry['seq']} 502 upstream unreachable: {entry['error']}")
             return
+        if entry["event"] == "budget_exceeded":
+            click.echo(f"#{entry['seq']} 400 recording stopped: {entry['error']}")
+            return
         click.echo(f"#{entry['seq']} recorded[{entry['recorded_index']}] {entry['status']} {entry['api']} "
                    f"{entry['model']}" + (" stream" if entry["stream"] else "")
                    + f" frames={entry['frames']} ttfb={entry['ttfb_ms']:.0f}ms")
 
     try:
-        proxy = RecordingProxy(upstream, out, host=host, port=port, tick_ms=record_tick_ms, on_call=line)
+        proxy = RecordingProxy(upstream, out, host=host, port=port, tick_ms=record_tick_ms, on_call=line,
+                               budget=budget_from(max_llm_calls, max_seconds, max_bytes))
         url = proxy.start()
     except (OSError, ValueError) as exc:  # bad URL, unreadable/invalid cassette (ContractError), port taken
-        click.echo(f"error: {exc}", err=True)
+        taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+        click.echo(f"error: {listen_error(host, port, exc) if taken else exc}", err=True)
         ctx.exit(1)
     serve_until_stopped(f"recording at {url} -> {upstream} into {out} (run {proxy.cassette.run})", stop=proxy.stop)
+    try:  # the server is stopped: no call is in flight while the run is written
+        ended = proxy.end_run(keep=True)
+    except (OSError, ValueError) as exc:
+        click.echo(f"error: the run was not written: {exc}", err=True)
+        ctx.exit(1)
+    click.echo(ended.describe(), err=ended.stopped_by is not None)
+    ctx.exit(1 if any(e.stopped_by for e in proxy.ended) else 0)

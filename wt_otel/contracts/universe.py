@@ -33,7 +33,9 @@ from wt_otel.contracts.problems import (
 
 POLICIES = ("fail_call", "empty", "nearest", "synthesize")
 MODES = ("stateless", "sequence")
-SOURCES = ("witnessed", "transcript")
+# witnessed: an execute_tool span; transcript: the agent's own account; manual: an answer a person wrote and
+# reviewed (`wt-otel universe add`); recorded: the real tool server's answer (`wt-otel universe record`)
+SOURCES = ("witnessed", "transcript", "manual", "recorded")
 
 Policy = Annotated[
     Literal["fail_call", "empty", "nearest", "synthesize"],
@@ -67,9 +69,10 @@ class Recording(ContractModel):
     tool_call_id: str | None = None
     span_id: str | None = None
     source: Annotated[
-        Literal["witnessed", "transcript"] | None,
+        Literal["witnessed", "transcript", "manual", "recorded"] | None,
         is_one_of(SOURCES, optional=True),
-        Field(description="server-witnessed (execute_tool span) or the agent's transcript"),
+        Field(description="server-witnessed (execute_tool span), the agent's transcript, written by hand "
+                          "(universe add) or asked of the real tool server (universe record)"),
     ] = None
     extra: dict[str, Any] | None = None
     _args_encoded: bool = PrivateAttr(default=False)

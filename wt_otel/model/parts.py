@@ -65,10 +65,15 @@ MAX_LITERAL = 100_000
 
 def unwrap_mcp(value: Any) -> Any:
     """An MCP tool result as the tool meant it: `structuredContent` when present, else the text
-    of `{"type": "text", "text": ...}` content blocks (frameworks log the wrapper, not the value)."""
+    of `{"type": "text", "text": ...}` content blocks (frameworks log the wrapper, not the value).
+    `{"result": value}` around a non-object is the MCP SDKs' wrap (structured content must be an object):
+    the tool returned the value, and that is what is kept."""
     if isinstance(value, dict):
-        if isinstance(value.get("structuredContent"), dict) and "content" in value:
-            return value["structuredContent"]
+        structured = value.get("structuredContent")
+        if isinstance(structured, dict) and "content" in value:
+            if set(structured) == {"result"} and not isinstance(structured["result"], dict):
+                return structured["result"]
+            return structured
         if "content" in value and isinstance(value.get("content"), list) and set(value) <= {
                 "content", "isError", "is_error", "meta", "_meta", "structuredContent"}:
             return unwrap_mcp(value["content"])

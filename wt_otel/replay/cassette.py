@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from wt_otel.contracts.cassette import Cassette, CassetteCall, load_cassette
+from wt_otel.contracts.cassette import Cassette, CassetteCall, load_cassette, split_model
 from wt_otel.model.parts import canonical_json, decode_json, decode_result
 from wt_otel.replay.request_diff import request_diff
 
@@ -157,7 +157,10 @@ def _tools_key(tools: Any) -> list[str] | None:
 
 
 def request_key(model: Any, messages: list[dict[str, Any]], tools: Any = None) -> dict[str, Any]:
-    """The canonical request; `tools` None means 'not recorded' and leaves tools out."""
+    """The canonical request; `tools` None means 'not recorded' and leaves tools out. The model is compared
+    without a provider prefix (`openai/gpt-4o` is `gpt-4o`), as cassettes store it."""
+    if isinstance(model, str) and model:
+        model = split_model(model, None)[0]
     key: dict[str, Any] = {"model": model, "messages": [message_key(m) for m in messages]}
     if tools is not None:
         key["tools"] = _tools_key(tools)
@@ -384,6 +387,29 @@ class CassetteReplay:
             entry.update(match=self.match, recorded_index=index, status=status)
             return Reply(status, call, index, error, dict(entry))
 
+    def _miss_kind(self, received: dict[str, Any], nearest: int | None) -> dict[str, Any]:
+        """Why the request missed (`replay.misses`): the very request an older run of the cassette recorded
+        (`reintroduced`: the old behaviour is back), a changed prompt, tool list or model against the
+        nearest recording (`prompt_changed`: re-record), else a new path through the conversation."""
+        wanted = canonical_json(received)
+        bare = canonical_json({k: v for k, v in received.items() if k != "tools"})
+        for run in self.cassette.history_keys:
+            if run == self.run or run not in self.cassette.traces:
+                continue
+            for call in self.cassette.traces[run].llm_calls():
+                key = _recorded_key(call)
+                if canonical_json(key) == (wanted if "tools" in key else bare):
+                    return {"kind": "reintroduced", "matches_run": run}
+        if nearest is None:
+            return {"kind": "new_path"}
+        exp = self._keys[nearest]
+        changed = [what for what, differs in (
+            ("model", exp["model"] != received["model"]),
+            ("system prompt", [m for m in exp["messages"] if m.get("role") in ("system", "developer")]
+             != [m for m in received["messages"] if m.get("role") in ("system", "developer")]),
+            ("tool list", "tools" in exp and exp.get("tools") != received.get("tools"))) if differs]
+        return {"kind": "prompt_changed", "changed": changed} if changed else {"kind": "new_path"}
+
     def _divergence(self, received: dict[str, Any], entry: dict[str, Any]) -> Reply:
         if self.match == "sequence":
             evidence: dict[str, Any] = {"at": "sequence", "expected": f"end of recording ({len(self.calls)} call(s))",
@@ -397,6 +423,7 @@ class CassetteReplay:
             if nearest is not None:  # the readable form: what the fix changed, against the nearest recording
                 evidence["diff"] = request_diff(self._keys[nearest], received)
             what = "no recorded call has this model, messages and tools"
+        evidence.update(self._miss_kind(received, nearest))
         evidence["nearest_recorded_index"] = nearest
         entry.update(event="llm_divergence", match="miss", recorded_index=None, status=DIVERGENCE_STATUS,
                      divergence=evidence)

@@ -23,10 +23,11 @@ design is weak", #1 and #5):
   the reason, and three scenario ERRORs in a row stop the sweep (circuit
   breaker) instead of burning time on a dead endpoint, listing the rest as
   not run;
-- an in-process (python runtime) agent learns where to connect from the
-  environment: `WT_UNIVERSE_URL` and `WT_LLM_BASE_URL` are set while a
-  scenario runs. An out-of-process agent is configured out-of-band, which is
-  why the universe binds the spec'd default port 8648 unless told otherwise.
+- the servers bind free ports unless told otherwise (a busy port never stops
+  a sweep), and the agent learns where they are: an in-process (python
+  runtime) agent from the environment (`WT_UNIVERSE_URL` and
+  `WT_LLM_BASE_URL` are set while a scenario runs), an `http_inject` endpoint
+  from every `/wt/reset` body (`universe_url`, `llm_base_url`).
 """
 
 from __future__ import annotations
@@ -50,13 +51,25 @@ from wt_otel._util.hooks import HookError, load_hook
 from wt_otel.contracts.inject import ContractViolation, ResetFailed
 from wt_otel.contracts.perturbation import Perturbation
 from wt_otel.contracts.results import RunScore, ScenarioResult, SweepResult
-from wt_otel.contracts.run import TRACE_SUFFIX, Evidence, McpCall, RunLLMCall, SurfaceProbe, Timings, Trace, Turn
+from wt_otel.contracts.run import (
+    TRACE_SUFFIX,
+    Evidence,
+    Integrity,
+    McpCall,
+    RunLLMCall,
+    SurfaceProbe,
+    Timings,
+    Trace,
+    Turn,
+)
 from wt_otel.contracts.universe import load_universe
-from wt_otel.replay.cassette_server import DEFAULT_PORT as LLM_PORT
 from wt_otel.replay.cassette_server import CassetteServer, MatchMode
-from wt_otel.replay.mcp_server import DEFAULT_PORT as UNIVERSE_PORT
 from wt_otel.replay.mcp_server import MCP_PATH, UniverseMCPServer
+from wt_otel.replay.misses import explain_tool_misses, hint_lines, tool_misses, universe_path_of
+from wt_otel.replay.observations import SOURCE as OBSERVED
+from wt_otel.replay.observations import universe_observations
 from wt_otel.replay.packs import Membership, PackCache, model_and_sampler
+from wt_otel.replay.record_budget import RecordBudget
 from wt_otel.replay.recorder import RecordingProxy
 from wt_otel.replay.runtimes import Runtime, describe_exception, new_session_id
 from wt_otel.replay.scenarios import LoadedScenario, load_scenario_dir, recording_path
@@ -84,7 +97,7 @@ DEFAULT_UPSTREAM = "https://api.openai.com/v1"  # --llm record without --llm-ups
 
 @dataclass
 class RunOptions:
-    """How to run a sweep. Ports: None means the spec'd default, 0 a free port."""
+    """How to run a sweep. Ports: None or 0 picks a free port (the agent is told the URLs)."""
 
     runtime: Runtime
     runs_dir: Path = Path("runs")
@@ -92,6 +105,7 @@ class RunOptions:
     llm: LlmMode = DEFAULT_LLM
     llm_match: MatchMode = "exact"
     llm_upstream: str | None = None  # --llm record: the live provider [$OPENAI_BASE_URL, else DEFAULT_UPSTREAM]
+    record_budget: RecordBudget | None = None  # --llm record: what one run may spend [RecordBudget's defaults]
     pace: bool = False  # with llm="replay": replay the recorded latencies (historical latency emulation)
     universe_port: int | None = None
     llm_port: int | None = None
@@ -124,6 +138,7 @@ class ScenarioRun:
     verdict_detail: str | None = None  # the verdict's own detail (record.detail also carries the divergence note)
     perturbed: list[Trace] = field(default_factory=list)  # robustness runs, one per perturbation
     perturbed_paths: list[Path] = field(default_factory=list)
+    universe_path: Path | None = None  # the scenario's universe file, where answers for its tool misses go
 
     @property
     def status(self) -> str:
@@ -163,6 +178,12 @@ class SweepRun:
     @property
     def exit_code(self) -> int:
         return 0 if self.passed else 1
+
+    def miss_hints(self) -> list[str]:
+        """Per tool call no universe could answer, the diff and the `wt-otel universe add` command that gives
+        it one (then `universe record` for all of them): what `wt-otel run` prints last."""
+        misses = [m for s in self.scenarios for m in tool_misses(s.id, s.universe_path, s.traces)]
+        return hint_lines(misses, self.directory)
 
 
 def new_sweep_id() -> str:
@@ -267,7 +288,7 @@ class ScenarioServers:
             universe = load_universe(EMPTY_UNIVERSE)
             self.warnings.append("the scenario has no universe fixture: an empty universe was served, so any tool "
                                  "call the agent reports is unwitnessed")
-        port = UNIVERSE_PORT if options.universe_port is None else options.universe_port
+        port = options.universe_port or 0
         hook_spec = (loaded.scenario.synthesize if loaded.scenario else None) or options.synthesize
         hook = None
         if hook_spec:
@@ -279,7 +300,7 @@ class ScenarioServers:
                                                  port=port)
         self.cassette: CassetteServer | None = None
         self.recorder: RecordingProxy | None = None
-        llm_port = LLM_PORT if options.llm_port is None else options.llm_port
+        llm_port = options.llm_port or 0
         if loaded.cassette is not None:
             self.cassette = CassetteServer(loaded.cassette, host=options.host, port=llm_port, match=options.llm_match,
                                            pace=options.pace)
@@ -290,7 +311,7 @@ class ScenarioServers:
             upstream = options.llm_upstream or os.environ.get("OPENAI_BASE_URL") or DEFAULT_UPSTREAM
             try:
                 self.recorder = RecordingProxy(upstream, recording_path(loaded), host=options.host, port=llm_port,
-                                               scenario=loaded.id)
+                                               scenario=loaded.id, budget=options.record_budget)
             except (OSError, ValueError) as exc:  # a bad upstream URL; a cassette there that is not one
                 raise ServeFailed(f"cannot record into {recording_path(loaded)}: {exc}") from exc
         self.universe_url: str | None = None
@@ -326,7 +347,19 @@ class ScenarioServers:
         if self.cassette is not None:
             self.cassette.reset()
         if self.recorder is not None:
-            self.recorder.reset()  # each run is a new run of the cassette's ring buffer
+            self.recorder.reset()  # each run is a new run of the cassette's ring buffer (`end_recording` keeps it)
+
+    def end_recording(self, trace: Trace) -> str | None:
+        """With --llm record: write the run just traced into the cassette, once, unless it errored or went over
+        budget (then the file is left as it was); a write that fails makes the run an ERROR. The line to print."""
+        if self.recorder is None:
+            return None
+        try:
+            ended = self.recorder.end_run(keep=trace.integrity.status != "ERROR")
+        except (OSError, ValueError) as exc:  # ContractError: the file changed under us into one we cannot extend
+            trace.integrity = Integrity(status="ERROR", detail=f"the recorded run was not written: {exc}")
+            return f"error: {trace.scenario_id}: run {trace.run_index}: the recorded run was not written: {exc}"
+        return f"{trace.scenario_id}: run {trace.run_index}: {ended.describe()}"
 
     def mcp_calls(self) -> list[McpCall]:
         return [McpCall.model_validate(e) for e in self.universe.call_log()]
@@ -336,10 +369,16 @@ class ScenarioServers:
 
 
 @contextlib.contextmanager
-def _exported(servers: ScenarioServers) -> Iterator[None]:
-    """Tell an in-process agent where its tools and model are, for the scenario's duration only."""
+def _exported(servers: ScenarioServers, runtime: Runtime | None = None) -> Iterator[None]:
+    """Tell the agent where its tools and model are, for the scenario's duration only: an in-process agent
+    in the environment, an `http_inject` endpoint in every `/wt/reset` body (the ports are free ones)."""
     values = {ENV_UNIVERSE_URL: servers.universe_url, ENV_LLM_BASE_URL: servers.llm_url}
     saved = {k: os.environ.get(k) for k in values}
+    urls = getattr(runtime, "replay_urls", None)
+    saved_urls = dict(urls) if isinstance(urls, dict) else None
+    if isinstance(urls, dict):
+        urls.clear()
+        urls.update(replay_urls(servers))
     for key, value in values.items():
         if value:
             os.environ[key] = value
@@ -353,6 +392,15 @@ def _exported(servers: ScenarioServers) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        if isinstance(urls, dict) and saved_urls is not None:
+            urls.clear()
+            urls.update(saved_urls)
+
+
+def replay_urls(servers: ScenarioServers) -> dict[str, str]:
+    """The `/wt/reset` fields (`contracts.inject.ResetRequest`) naming where the servers listen."""
+    urls = {"universe_url": servers.universe_url, "llm_base_url": servers.llm_url}
+    return {k: v for k, v in urls.items() if v}
 
 
 # ---------------------------------------------------------------- one run
@@ -387,8 +435,17 @@ def divergence_report(trace: Trace) -> list[str]:
     more = [f"  ({len(misses) - 1} more divergent request(s): GET the call log or read the trace)"] if len(
         misses) > 1 else []
     body = d.get("diff") or [f"at {d.get('at')}: expected {d.get('expected')!r}, received {d.get('received')!r}"]
-    return [head] + [f"  {line}" for line in body] + more + [
-        "  (a deliberate change? record a new baseline: wt-otel run ... --llm record; docs/fix-loop.md)"]
+    kind = d.get("kind")
+    if kind == "reintroduced":
+        why = (f"  this request is the one run {d.get('matches_run')} of the cassette recorded: the old behaviour "
+               "is back (a regression, not a recording gap)")
+    elif kind == "prompt_changed":
+        why = (f"  the {' and '.join(d.get('changed') or ['prompt'])} changed since the recording: a deliberate "
+               "change? re-record: wt-otel run ... --llm record (docs/fix-loop.md)")
+    else:
+        why = ("  the conversation took a path the recording never took (a deliberate change? record a new "
+               "baseline: wt-otel run ... --llm record; docs/fix-loop.md)")
+    return [head] + [f"  {line}" for line in body] + more + [why]
 
 
 class _Run:
@@ -404,6 +461,7 @@ class _Run:
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = list(options.runtime.warnings)
         self.error: str | None = None
+        self.failed_turn: tuple[str, ContractViolation] | None = None  # a turn the agent failed (raised, 5xx)
 
     def drive(self) -> None:
         """Reset, probe, inject; the first failure ends the run as its `error`."""
@@ -429,15 +487,41 @@ class _Run:
             self.error = f"reset failed: {exc}"
         except ContractViolation as exc:
             self.error = f"{phase}: {exc}"
+            if phase.startswith("turn ") and (exc.rule == "agent_raised" or (
+                    exc.rule == "http_status" and (exc.status or 0) >= 500)):
+                self.failed_turn = (turns[len(self.turns)], exc)
             if exc.__cause__ is not None:  # the agent's own exception: its traceback goes into the trace
                 self.error_traceback = _traceback(exc.__cause__)
         except Exception as exc:  # a runtime bug must still leave a trace, not kill the sweep
             self.error = f"{phase}: the runtime raised {describe_exception(exc)}"
             self.error_traceback = _traceback(exc)
 
+    def _miss_is_the_failure(self, mcp_calls: list[McpCall], llm_calls: list[RunLLMCall]) -> None:
+        """One verdict for a miss under every runtime (docs/fix-loop.md, "Misses"): an agent that raised
+        (python runtime) or answered 5xx (http_inject) in a run that left its recording failed *because of*
+        the miss, as an agent reporting the error in its 200 answer did. That is the agent's scored outcome
+        (FAIL, with the miss explained), not a run that could not be judged (ERROR)."""
+        if self.failed_turn is None:
+            return
+        missed = any(c.match == "miss" for c in llm_calls) or any(
+            c.is_error and c.match == "fail_call" for c in mcp_calls)
+        if not missed:
+            return
+        text, exc = self.failed_turn
+        self.turns.append(Turn(text=text, reply="", tool_calls=[], latency_ms=0.0,
+                               error=f"the agent failed after a miss: {exc.message}"))
+        self.warnings.append(f"the agent failed on a turn after a miss ({exc.rule}); scored as its outcome: {exc}")
+        self.error, self.failed_turn = None, None  # the agent's traceback, if any, stays in the trace as evidence
+
     def trace(self, servers: ScenarioServers | None) -> Trace:
         mcp_calls = servers.mcp_calls() if servers else []
         llm_calls = servers.llm_calls() if servers else []
+        explain_tool_misses(mcp_calls, self.loaded.universe)
+        self._miss_is_the_failure(mcp_calls, llm_calls)
+        if servers is not None and servers.recorder is not None and servers.recorder.stopped_by:
+            self.error = (f"recording stopped: {servers.recorder.stopped_by}; nothing was written, "
+                          f"{servers.recorder.cassette.path} is unchanged"
+                          + (f" (the agent then failed: {self.error})" if self.error else ""))
         integrity, warnings = run_integrity(self.turns, mcp_calls, self.error)
         self.warnings += warnings + _divergence_warnings(mcp_calls, llm_calls)
         witnessed = servers is not None and servers.universe.mcp_requests > 0
@@ -454,6 +538,7 @@ class _Run:
             session_id=self.session_id, universe_url=servers.universe_url if servers else None,
             llm_url=servers.llm_url if servers else None, surface=self.surface, turns=self.turns,
             mcp_calls=mcp_calls, llm_calls=llm_calls,
+            observations={OBSERVED: universe_observations(mcp_calls, self.loaded.universe)} if servers else None,
             evidence=Evidence(witness="available" if witnessed else "unavailable",
                               llm="replay" if servers and servers.cassette else "live"),
             warnings=self.warnings, integrity=integrity, timings=Timings(total_ms=_ms(self.t0), **self.timings),
@@ -515,6 +600,8 @@ class Sweep:
         """Every run of one scenario; the first ERROR ends it (a broken endpoint or wipe will not heal)."""
         runs = self.options.runs or loaded.runs
         result = ScenarioRun(loaded.id, loaded.path, runs)
+        result.universe_path = universe_path_of(loaded.path, loaded.scenario.fixtures.universe
+                                                if loaded.scenario else None)
         folder = self._scenario_dir(loaded)
         if loaded.error:
             self._write(result, folder, error_trace(loaded, self.options, self.sweep_id, loaded.error))
@@ -533,7 +620,7 @@ class Sweep:
                           + (f", LLM recording proxy at {servers.llm_url} -> {servers.recorder.upstream} into "
                              f"{servers.recorder.cassette.path}" if servers.recorder else ""))
         try:
-            with _exported(servers):
+            with _exported(servers, self.options.runtime):
                 for index in range(1, runs + 1):
                     self._progress(f"{position} {loaded.id}: run {index}/{runs}")
                     servers.rewind()
@@ -542,6 +629,9 @@ class Sweep:
                     trace = run.trace(servers)
                     for line in divergence_report(trace):
                         self.options.emit(line)
+                    recorded = servers.end_recording(trace)
+                    if recorded:
+                        self.options.emit(recorded)
                     self._write(result, folder, trace)
                     if trace.integrity.status == "ERROR":
                         break

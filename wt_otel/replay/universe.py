@@ -540,3 +540,51 @@ def freeze_universe(
     return load_universe(
         {"windtunnel_universe": 1, "tools": tool_list, "recordings": recordings, "matching": dict(matching or {})}
     )
+
+
+def add_answer(data: Mapping[str, Any], tool: str, args: Mapping[str, Any], *, result: Any = None,
+               error: str | None = None, source: str = "manual", tool_def: Mapping[str, Any] | None = None
+               ) -> tuple[dict[str, Any], str]:
+    """A universe (parsed JSON, left as written) with one more answer: `(new data, what changed)`.
+
+    For a fix that makes a call production never made: the answer is reviewed (`manual`) or asked of the
+    real tool server (`recorded`). On a stateless tool an existing recording with the same arguments is
+    replaced (a corrected answer, not a second one the engine would never serve); a sequence tool appends.
+    A tool the universe does not list is added, with `tool_def` (the real server's listing) or a schema
+    inferred from `args` that `stubbed_schemas` names for review. The result is validated (`ContractError`).
+    """
+    out = json.loads(json.dumps(dict(data)))  # a deep copy that stays plain JSON
+    tools = out.setdefault("tools", [])
+    recordings = out.setdefault("recordings", [])
+    flat = dict(args)
+    rec: dict[str, Any] = {"tool_name": tool, "args": flat, "result": result, "source": source}
+    if error is not None:
+        rec["error"] = error
+    said = []
+    known = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
+    if known is None:
+        if tool_def is not None:
+            known = {"name": tool, "description": tool_def.get("description") or "",
+                     "input_schema": dict(tool_def.get("input_schema") or {"type": "object"})}
+        else:
+            props = {k: {"type": _JSON_TYPES.get(type(v), "string")} for k, v in flat.items()}
+            known = {"name": tool, "description": "", "input_schema": {"type": "object", "properties": props}}
+            out.setdefault("stubbed_schemas", []).append(tool)
+        tools.append(known)
+        said.append(f"added tool {tool!r}" + ("" if tool_def is not None else " (schema inferred from the "
+                                                                            "arguments: listed in stubbed_schemas)"))
+    key = canonical_json(flat)
+    same = None if known.get("mode") == "sequence" else next(
+        (i for i, r in enumerate(recordings) if isinstance(r, dict) and r.get("tool_name") == tool
+         and isinstance(r.get("args"), dict) and canonical_json(r["args"]) == key), None)
+    if same is None:
+        recordings.append(rec)
+        said.append(f"added recordings[{len(recordings) - 1}]")
+    else:
+        recordings[same] = rec
+        said.append(f"replaced recordings[{same}]")
+    load_universe(out)  # raises ContractError naming every problem
+    return out, "; ".join(said)
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}

@@ -128,7 +128,8 @@ def test_stream_replays_one_chunk_per_frame_then_finish_usage_and_done(serve):
 
 def test_stream_tool_call_is_reassembled_from_deltas(serve):
     second = {"id": "call_2", "type": "function", "function": {"name": "audit", "arguments": "{}"}}
-    calls = [call([SYSTEM, ASK], [frame("Looking up.", [LOOKUP]), frame(tool_calls=[second], finish="tool_calls")])]
+    # §2.2: the terminal frame carries every tool call (a non-final one may not)
+    calls = [call([SYSTEM, ASK], [frame("Looking up."), frame(tool_calls=[LOOKUP, second], finish="tool_calls")])]
     _, client = serve(cassette(calls))
     said, contents, assembled, finish = "", [], {}, None
     for chunk in client.chat.completions.create(model="gpt-4o-mini", messages=[SYSTEM, ASK], stream=True):
@@ -196,7 +197,8 @@ def test_exact_miss_on_model(serve):
         client.chat.completions.create(model="gpt-5", messages=[SYSTEM, ASK])
     divergence = server.call_log()[0]["divergence"]
     assert divergence.pop("diff") == ["model changed: 'gpt-4o-mini' -> 'gpt-5'"]
-    assert divergence == {"at": "model", "expected": "gpt-4o-mini", "received": "gpt-5", "nearest_recorded_index": 0}
+    assert divergence == {"at": "model", "expected": "gpt-4o-mini", "received": "gpt-5", "nearest_recorded_index": 0,
+                          "kind": "prompt_changed", "changed": ["model"]}  # why it missed: replay.misses
 
 
 def test_tools_count_only_when_recorded(serve):
