@@ -1,4 +1,4 @@
-"""`make demo`: the whole loop on this machine, from live telemetry to a replayed verdict, in about 20 s.
+"""`make demo`: the whole loop on this machine, from live telemetry to a replayed verdict, in about 15 s.
 
     python -m examples.demo [--out out/demo]          (from the repository root, in the project's venv)
 

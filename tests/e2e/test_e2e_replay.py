@@ -132,10 +132,12 @@ def ports() -> tuple[int, int]:
 
 def agent_config(ports: tuple[int, int], *, instructions: str = INSTRUCTIONS, mcp_url: str | None = None
                  ) -> AgentConfig:
-    """The agent as a bench configures it out-of-band: the runner's universe and cassette URLs."""
+    """The agent as a bench configures it out-of-band: the runner's universe and cassette URLs (an agent given
+    another tool URL is pinned to it, ignoring the reset's: one that bypasses the recorded tools)."""
     universe_port, llm_port = ports
     return AgentConfig(mcp_url=mcp_url or f"http://127.0.0.1:{universe_port}/mcp",
-                       openai_base_url=f"http://127.0.0.1:{llm_port}/v1", instructions=instructions)
+                       openai_base_url=f"http://127.0.0.1:{llm_port}/v1", instructions=instructions,
+                       follow_reset_urls=mcp_url is None)
 
 
 def replay(scenario: Path, agent_url: str, ports: tuple[int, int], runs_dir: Path, *extra: str

@@ -178,6 +178,32 @@ def test_without_tools_every_key_is_still_present(llm: FakeLLM):
             "wt_inject": 1, "reply": FIRST_ANSWER, "tool_calls": []}
 
 
+def test_a_reset_naming_replay_urls_points_the_agent_there_until_a_reset_names_none(universe: UniverseMCPServer,
+                                                                                    llm: FakeLLM):
+    """`wt-otel run` serves each scenario on free ports and names them in /wt/reset: the agent, configured with
+    no reachable tools or model, follows them; a reset naming none brings its configuration back."""
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    config = AgentConfig(mcp_url=f"{dead}/mcp", openai_base_url=f"{dead}/v1", instructions=INSTRUCTIONS)
+    with start_in_thread(config, port=0) as srv:
+        assert post(srv.url, "/wt/reset", {"wt_inject": 1, "universe_url": universe.url,
+                                           "llm_base_url": llm.base_url}) == (200, {"wt_inject": 1})
+        universe.reset()
+        body = inject(srv.url, "s-1", "What is the email on file for Bluewing?")
+        assert "error" not in body, body
+        assert body["tool_calls"] == [{"name": "client_lookup", "arguments": LOOKUP}]
+        assert [c["tool_name"] for c in universe.call_log()] == ["client_lookup"]
+        assert post(srv.url, "/wt/reset", {"wt_inject": 1}) == (200, {"wt_inject": 1})
+        status, answer = post(srv.url, "/wt/surface", {"wt_inject": 1})
+        assert status == 503 and f"{dead}/mcp" in answer["error"]  # back on the configured (dead) tools
+        assert post(srv.url, "/wt/reset", {"wt_inject": 1, "universe_url": "localhost:1"})[0] == 400
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.parametrize(("route", "body", "message"), [
     ("/wt/inject", {"wt_inject": 2, "session_id": "s", "text": "t", "timeout_s": 5}, "unsupported protocol version 2"),
     ("/wt/inject", {"wt_inject": "1", "session_id": "s", "text": "t", "timeout_s": 5}, "wt_inject: required integer"),

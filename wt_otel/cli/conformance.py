@@ -15,14 +15,15 @@ import click
               show_default=True, metavar="S", help="The short timeout_s of the deadline check (inject.timeout_s).")
 @click.option("--scenario", "scenario_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="A scenario (with must_call, its universe and ideally its cassette) for the failure-path and "
-                   "runtime checks; the agent must use the universe and cassette URLs (--universe-port, --llm-port).")
+                   "runtime checks; its universe and cassette are served on free ports, and every /wt/reset tells "
+                   "the agent their URLs (universe_url, llm_base_url).")
 @click.option("--state-probe", metavar="MODULE:ATTR",
               help="Called as probe(nonce) after the canary's reset; returns where the nonce still sits (empty: "
                    "the stores are clean).")
-@click.option("--universe-port", type=click.IntRange(0, 65535), default=8648, show_default=True,
-              help="Port the scenario's universe is served on (with --scenario).")
-@click.option("--llm-port", type=click.IntRange(0, 65535), default=8649, show_default=True,
-              help="Port the scenario's cassette is served on (with --scenario).")
+@click.option("--universe-port", type=click.IntRange(0, 65535), default=0,
+              help="Port the scenario's universe is served on (with --scenario) [default: 0, a free one].")
+@click.option("--llm-port", type=click.IntRange(0, 65535), default=0,
+              help="Port the scenario's cassette is served on (with --scenario) [default: 0, a free one].")
 @click.pass_context
 def conformance(ctx: click.Context, url: str | None, timeout_s: float | None, deadline_s: float,
                 scenario_dir: Path | None, state_probe: str | None, universe_port: int, llm_port: int) -> None:

@@ -28,6 +28,7 @@ def schema(name: str) -> None:
       results           the sweep document of `--format json`
       ledger-row        one line of ledger.ndjsonl
       inject-response   Contract C /wt/inject response body
+      reset-request     Contract C /wt/reset request body (with the replay URLs)
       surface-response  Contract C /wt/surface response body
       serve-config      `wt-otel serve --config FILE` (docs/serve-config.md)
 

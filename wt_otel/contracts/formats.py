@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from wt_otel.contracts import envelope
-from wt_otel.contracts.cassette import Cassette, load_cassette
+from wt_otel.contracts.cassette import Cassette, lint_cassette, load_cassette
 from wt_otel.contracts.envelope import Envelope, lint_envelope, load_envelope
-from wt_otel.contracts.inject import InjectResponse, SurfaceResponse
+from wt_otel.contracts.inject import InjectResponse, ResetRequest, SurfaceResponse
 from wt_otel.contracts.problems import Problem, load
 from wt_otel.contracts.results import SCORE_SUFFIX, LedgerRow, RunScore, SweepResult
 from wt_otel.contracts.run import TRACE_SUFFIX, Trace, load_trace
@@ -68,7 +68,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("universe", Universe, "wt-otel Contract B tool universe (*.universe.json)", load_universe,
            "windtunnel_universe", (".universe.json",), lint=lint_universe, validated=True),
     Format("cassette", Cassette, "wt-otel LLM cassette (*.cassette.json)", load_cassette, "wt_cassette",
-           (".cassette.json",), validated=True),
+           (".cassette.json",), lint=lint_cassette, validated=True),
     Format("scenario", Scenario, "wt-otel scenario (scenario.yaml)", load_scenario, "wt_scenario",
            (".scenario.yaml",), ("scenario.yaml",), validated=True),
     Format("trace", Trace, "wt-otel run trace (*.trace.json)", load_trace, "wt_trace", (TRACE_SUFFIX,),
@@ -81,6 +81,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "wt_ledger"),
     Format("inject-response", InjectResponse, "wt-otel Contract C /wt/inject response body",
            partial(load, InjectResponse), "wt_inject"),
+    Format("reset-request", ResetRequest, "wt-otel Contract C /wt/reset request body", partial(load, ResetRequest)),
     Format("surface-response", SurfaceResponse, "wt-otel Contract C /wt/surface response body",
            partial(load, SurfaceResponse)),
     Format("surface", SurfaceGolden, "wt-otel golden surface (*.surface.json, wt-otel surface fetch)", load_golden,

@@ -49,6 +49,9 @@ DEFAULT_TIMEOUT_S = 120.0
 GRACE_S = 5.0
 ENV_URL = "WT_INJECT_URL"
 ENV_TIMEOUT = "WT_INJECT_TIMEOUT_S"
+# where a run serves the recorded tools and model: exported for an in-process agent, and sent in the reset body
+ENV_UNIVERSE_URL = "WT_UNIVERSE_URL"
+ENV_LLM_BASE_URL = "WT_LLM_BASE_URL"
 BODY_LIMIT = 500  # characters of a response body quoted in an error
 
 INJECT, RESET, SURFACE = "/wt/inject", "/wt/reset", "/wt/surface"
@@ -161,6 +164,23 @@ class InjectResponse(ContractModel):
             raise_at([(("reply",), "must not be empty unless error is set (return the agent's text, or set "
                                    "error to say why there is none: an empty reply is otherwise unscoreable)")])
         return self
+
+
+def _http_url(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        return value
+    fail("url", f"must be an http(s) URL when present, {describe(value)} (leave the key out when nothing is served)")
+
+
+class ResetRequest(ContractModel):
+    """The body of `POST /wt/reset`. The URLs are additive (version 1 allows additive fields): where this run
+    serves the recorded tools and model. The driver's servers bind free ports, so an endpoint that points its
+    MCP client and model client at these needs no port configured; one that ignores them must be configured
+    out of band. Absent: nothing is served (e.g. `--llm live`), keep the configured one."""
+
+    wt_inject: Annotated[int, Rule(_version)]
+    universe_url: Annotated[str | None, Rule(_http_url)] = None  # MCP, streamable HTTP: http://127.0.0.1:PORT/mcp
+    llm_base_url: Annotated[str | None, Rule(_http_url)] = None  # OpenAI-compatible: http://127.0.0.1:PORT/v1
 
 
 def _text_type(value: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from wt_otel._util.fsutil import safe_slug
+from wt_otel._util.fsutil import readable_name, safe_slug
 from wt_otel._util.tuning import tune_gc
 from wt_otel.ingest.diagnostics import explain_group
 from wt_otel.ingest.dumpindex import Frame, Group
@@ -71,7 +71,8 @@ class Staged:
     """One session of a group, as the write loop will see it."""
 
     key: str
-    name: str  # flag_ref or conversation_id or key: what warnings are prefixed with and the slug made of
+    name: str  # flag_ref or conversation_id or key: what warnings are prefixed with
+    slug_text: str  # what the slug is made of (`scenario_name`)
     warnings: list[str]  # the session's warnings at its turn in the write loop
     strict_warnings: int  # how many of them it had before anything of its group was rendered
     selected: bool
@@ -155,18 +156,25 @@ def later_incidents(session: Session) -> Iterator[Session]:
                                                   f"conversation of {session.flag_ref})")
 
 
+def scenario_name(session: Session) -> str:
+    """The name a session's scenario folder starts from: its incident ref or a readable conversation id as
+    they are, else (a trace id, a UUID) its first user turn plus a short id (`fsutil.readable_name`)."""
+    turns = session.user_turns
+    return readable_name(session.flag_ref or session.conversation_id or session.key, turns[0] if turns else None)
+
+
 def stage(session: Session, settings: Settings, name: str, strict_warnings: int | None = None,
           slug: str | None = None) -> Staged:
     """Render one session into `<staging>/<name>` (when selected) with `slug` (default: its slug
     when no other session takes it first)."""
     text = session.flag_ref or session.conversation_id or session.key
-    item = Staged(key=session.key, name=text, warnings=list(session.warnings),
+    item = Staged(key=session.key, name=text, slug_text=scenario_name(session), warnings=list(session.warnings),
                   strict_warnings=len(session.warnings) if strict_warnings is None else strict_warnings,
                   selected=not ((settings.wanted and not settings.wanted & {t.lower() for t in session.trace_ids})
                                 or (settings.flagged_only and not session.flagged)))
     if not item.selected:
         return item
-    item.slug = slug or safe_slug(text)
+    item.slug = slug or safe_slug(item.slug_text)
     try:
         files = settings.writer.files(session, item.slug)
         path = os.path.join(settings.staging, name)

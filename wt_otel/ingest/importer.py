@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +43,7 @@ from wt_otel.ingest.importbatch import (
     later_incidents,
     run_batch,
     run_batch_in_worker,
+    scenario_name,
 )
 from wt_otel.ingest.sessions import SessionGrouper, attach_logs, build_session, merge_continuations, witnessed
 from wt_otel.model.session import Session, ToolExecution
@@ -67,6 +71,7 @@ class ImportReport:
     empty: int = 0  # GenAI sessions with neither messages nor a witnessed tool call (content capture off)
     warnings: list[str] = field(default_factory=list)  # "<session>: <what was not understood>"
     why_none: str | None = None  # set when no GenAI session was found: the reason, in words
+    stale_staging: list[str] = field(default_factory=list)  # staging folders of killed imports, removed from OUT
 
     @property
     def found_nothing(self) -> bool:
@@ -192,7 +197,8 @@ def import_dumps(
         report.records = index.records
         groups = index.groups()
         sink.out.mkdir(parents=True, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".wt-import-", dir=sink.out)
+        report.stale_staging = remove_stale_staging(sink.out)
+        staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{_HOST}-{os.getpid()}-", dir=sink.out)
         try:
             settings = Settings(sink, flag_rules, frozenset(t.lower() for t in trace_ids), flagged_only, staging,
                                 index.spill_path)
@@ -203,6 +209,57 @@ def import_dumps(
             if made_out and not any(sink.out.iterdir()):  # nothing written: no folder, as before
                 sink.out.rmdir()
     return report
+
+
+STAGING_PREFIX = ".wt-import-"  # + host + "-" + pid + "-" + random: pass 2's scratch in OUT, removed at the end
+STALE_STAGING_AGE = 24 * 3600.0  # a staging folder of another host (a shared volume), or without a pid: stale past it
+_HOST = re.sub(r"[^A-Za-z0-9]+", "_", socket.gethostname())[:40] or "host"
+_STAGING = re.compile(re.escape(STAGING_PREFIX) + r"(?:(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-)?[^/]*\Z")
+
+
+def remove_stale_staging(out: Path, now: float | None = None) -> list[str]:
+    """Remove the staging folders killed imports left in `out` (kill -9 runs no `finally`); their names.
+
+    Safe: a folder is ours by its name alone (`.wt-import-HOST-PID-...`); one of this host whose process is
+    gone is removed; one of this host whose pid is alive is left (it may be an import running now, even a
+    reused pid); one of another host (a volume shared between machines: its pids mean nothing here), or
+    named by an older version without a pid, only once nothing in it changed for `STALE_STAGING_AGE`."""
+    removed: list[str] = []
+    now = time.time() if now is None else now
+    try:
+        entries = list(os.scandir(out))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _STAGING.match(entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        if m["pid"] is not None and m["host"] == _HOST:
+            if _alive(int(m["pid"])):
+                continue
+        else:
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_STAGING_AGE:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        if not os.path.exists(entry.path):
+            removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (on this host)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
 
 
 EARLY_WORKERS_BYTES = 2 * BATCH_BYTES  # inputs this large surely make several batches: start the workers' server early
@@ -381,7 +438,7 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
                 settings.flagged_only and not session.flagged):
             report.skipped += 1
             return
-        slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, taken)
+        slug = unique_slug(scenario_name(session), session.key, taken)
         try:
             report.written.append(sink.write(session, slug))  # type: ignore[attr-defined]
         except DirectoryExists as e:
@@ -404,7 +461,7 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
             if not item.selected:
                 report.skipped += 1
                 continue
-            slug = unique_slug(item.name, item.key, taken)
+            slug = unique_slug(item.slug_text, item.key, taken)
             if slug != item.slug and item.error is None:  # another session took its slug: render it again
                 group = by_index[r.index]
                 again = run_batch([group], {f: frames[f] for f in group.frames}, settings, {(r.index, number): slug})
@@ -509,7 +566,7 @@ def _import_serial(
                     flagged_only and not session.flagged):
                 report.skipped += 1
                 continue
-            slug = unique_slug(session.flag_ref or session.conversation_id or session.key, session.key, taken)
+            slug = unique_slug(scenario_name(session), session.key, taken)
             try:
                 report.written.append(writer.write(session, slug))
             except DirectoryExists as e:

@@ -128,11 +128,21 @@ class Conformance:
             ("inject.error_path", self.error_path),
             ("runtime.must_call", self.must_call),
         ]
-        if self.scenario is not None:  # served for the whole run: the agent is configured with these URLs
-            self.servers = self._servers()
-            self.servers.start()
+        if self.scenario is not None:  # served for the whole run: every reset tells the agent these URLs
+            from wt_otel.replay.runner import ServeFailed, replay_urls
+
+            try:
+                self.servers = self._servers()
+                self.servers.start()
+            except ServeFailed as exc:  # a port given with --universe-port/--llm-port is taken
+                self.servers = None
+                self.add("FAIL", "scenario", f"{self.scenario.path}: {exc}")
+                self.add("INFO", "result", "NOT conforming: the scenario's fixtures could not be served")
+                return self.report
+            self.rt.replay_urls.update(replay_urls(self.servers))
             self.add("INFO", "scenario", f"{self.scenario.path}: universe at {self.servers.universe_url}"
-                                         + (f", cassette at {self.servers.llm_url}" if self.servers.llm_url else ""))
+                                         + (f", cassette at {self.servers.llm_url}" if self.servers.llm_url else "")
+                                         + " (sent in every /wt/reset as universe_url, llm_base_url)")
         try:
             for name, check in checks:
                 self._guarded(name, check)
@@ -374,6 +384,7 @@ class Conformance:
         if self.servers is not None:
             self.servers.stop()
             self.servers = None
+            self.rt.replay_urls.clear()  # nothing listens there any more
 
     def deadline(self) -> None:
         """A short timeout_s must come back as an in-contract answer before timeout_s + grace: an endpoint that
@@ -462,7 +473,7 @@ class Conformance:
             return
         from wt_otel.replay.runner import RunOptions, Sweep
 
-        self._stop_servers()  # the sweep serves the scenario itself, on the same ports
+        self._stop_servers()  # the sweep serves the scenario itself (and sends the URLs with each reset)
         with tempfile.TemporaryDirectory(prefix="wt-conformance-") as runs_dir:
             options = RunOptions(runtime=self.rt, runs_dir=Path(runs_dir), runs=1, ledger=False,
                                  llm="replay" if loaded.cassette is not None else "live",

@@ -34,7 +34,9 @@ client configurations name): the agent's `command` becomes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -60,6 +62,29 @@ MCP_PATH = "/mcp"
 # MAX_SESSIONS are open at once (503 for one more). A replay's sessions live for one run, seconds to minutes.
 SESSION_IDLE_TIMEOUT = 300.0
 MAX_SESSIONS = 1_000
+
+
+def _cancelled(exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, asyncio.CancelledError)
+
+
+class QuietShutdown(logging.Filter):
+    """Drops uvicorn's lines about requests it cut at shutdown: `stop()` asks for that (a held `slow` answer
+    must not keep it waiting), so "Cancel N running task(s)" and the `CancelledError` traceback of each cut
+    request are expected, not errors, and must not reach the user's terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Cancel %s running task(s)"):
+            return False
+        return not (record.exc_info and _cancelled(record.exc_info[1]))
+
+
+def _quiet_uvicorn_shutdown() -> None:
+    log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, QuietShutdown) for f in log.filters):
+        log.addFilter(QuietShutdown())
 
 
 def is_object_schema(schema: dict[str, Any] | None) -> bool:
@@ -218,8 +243,13 @@ class UniverseMCPServer:
         except OSError:
             sock.close()
             raise
-        # a held answer (a `slow` robustness run) must not keep stop() waiting: cut in-flight calls after 1 s
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        # a held answer (a `slow` robustness run) must not keep stop() waiting: cut in-flight calls after 1 s,
+        # quietly (QuietShutdown)
+        _quiet_uvicorn_shutdown()
+        # log_config=None: uvicorn's lines go through the process's logging (the CLI's one handler), not a
+        # handler of uvicorn's own bound to whatever stderr was at start
+        config = uvicorn.Config(self.app(), log_level="warning", log_config=None, lifespan="on",
+                                timeout_graceful_shutdown=1)
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="wt-otel-universe", daemon=True)
         thread.start()

@@ -108,6 +108,9 @@ class HttpInjectRuntime:
         self.grace_s = grace_s
         self.version = version
         self.warnings: list[str] = []
+        # where the run serves the recorded tools and model, sent with every reset (`ResetRequest`); the
+        # runner sets it while a scenario's servers are up, so an endpoint can follow free ports
+        self.replay_urls: dict[str, str] = {}
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
     @property
@@ -180,7 +183,7 @@ class HttpInjectRuntime:
         """POST /wt/reset; returns only on 200 with the version echo, else raises `ResetFailed` (fatal)."""
         where = f"POST {self.base}{RESET}"
         try:
-            status, body = self.post(RESET, {"wt_inject": self.version})
+            status, body = self.post(RESET, {"wt_inject": self.version, **self.replay_urls})
         except ContractViolation as exc:
             raise ResetFailed(exc.where, f"reset failed, the run cannot be isolated: {exc.message}", rule=exc.rule,
                               status=exc.status, body=exc.body) from exc

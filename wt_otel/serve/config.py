@@ -107,7 +107,10 @@ class QueueConfig(_Strict):
     max_backlog_seconds: float = Field(2.0, gt=0, description="how far behind the writer may be (the oldest queued "
                                        "batch's wait, or the time to write the sessions waiting) before exports get "
                                        "429 / RESOURCE_EXHAUSTED, refused before they are decoded: at overload the "
-                                       "writer keeps its share and goodput stays at capacity")
+                                       "writer keeps its share and goodput stays at capacity; once decoded, a "
+                                       "request is admitted on the backlog it would make, a client holding less "
+                                       "than its fair share of it still gets in, and one request that would alone "
+                                       "take longer gets 413 (split it) while other clients are active")
     max_batch_fraction: float = Field(0.25, gt=0, le=1, description="share of the budgets one request may take; "
                                       "a larger request is refused (413 / RESOURCE_EXHAUSTED): split it")
     max_sessions_per_client: int = Field(2_500, gt=0, description="traces one client (peer address) may start per "
@@ -182,10 +185,13 @@ class ReplayTarget(_Strict):
     """One more agent to replay against: the incidents of the services it names go to it."""
 
     services: list[str] = Field(description="service.name values (fnmatch patterns) whose incidents it replays")
-    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR")
+    runtime: str = Field("http_inject", description="any `wt-otel run --runtime`: http_inject, python:MODULE:ATTR, "
+                                                    "openai-agents:MODULE:ATTR, ...")
     inject_url: str | None = Field(None, description="its Contract C base URL (http_inject)")
-    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools, as this agent is configured")
-    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM, as this agent is configured")
+    universe_port: int = Field(0, ge=0, le=65535, description="the recorded tools (0: a free port, named in every "
+                                                              "/wt/reset; fix one for an agent that cannot follow)")
+    llm_port: int = Field(0, ge=0, le=65535, description="the recorded LLM (0: a free port, named in every "
+                                                         "/wt/reset)")
 
     @field_validator("services")
     @classmethod
@@ -200,9 +206,10 @@ class ReplayConfig(_Strict):
 
     A session written complete and flagged is imported into `<data-dir>/scenarios/<slug>/`
     (unreviewed, with `outcome_scorers` as its default outcome check) and queued; one worker
-    replays the queue one scenario at a time against `inject_url`. The agent there must be
-    configured out-of-band with the universe (`universe_port`) and cassette (`llm_port`) URLs,
-    which is why those ports are fixed by default, as in `wt-otel run`.
+    replays the queue one scenario at a time against `inject_url`. The universe and cassette
+    bind free ports by default, as in `wt-otel run`, and every `/wt/reset` names their URLs
+    (`universe_url`, `llm_base_url`); fix `universe_port` / `llm_port` for an agent that can
+    only be configured out of band.
     """
 
     enabled: bool = Field(False, description="also turned on by --replay-runtime / --inject-url")
@@ -211,15 +218,18 @@ class ReplayConfig(_Strict):
                                           "[--replay-service]; incidents of other services are kept and reported, "
                                           "not replayed against the wrong agent")
     targets: list[ReplayTarget] = Field(default_factory=list, description="more agents, each for its services")
-    runtime: str = Field("http_inject", description="http_inject, or python:MODULE:ATTR for an in-process agent")
+    runtime: str = Field("http_inject", description="any `wt-otel run --runtime`: http_inject, python:MODULE:ATTR "
+                                                    "for an in-process agent, openai-agents:MODULE:ATTR, ...")
     inject_url: str | None = Field(None, description="Contract C base URL [$WT_INJECT_URL, else :8647]")
     runs: int = Field(1, gt=0, description="runs per incident")
     llm: Literal["auto", "replay", "live", "record"] = Field(
         "auto", description="as `wt-otel run --llm`, the same default: auto replays the incident's cassette "
                             "(the recorded LLM on llm_port), live only for a scenario without one")
     llm_match: Literal["exact", "sequence"] = Field("exact", description="how the cassette server matches requests")
-    universe_port: int = Field(8648, ge=0, le=65535, description="the recorded tools as an MCP server")
-    llm_port: int = Field(8649, ge=0, le=65535, description="the recorded LLM as an OpenAI-compatible API")
+    universe_port: int = Field(0, ge=0, le=65535, description="the recorded tools as an MCP server (0: a free "
+                                                              "port, named in every /wt/reset)")
+    llm_port: int = Field(0, ge=0, le=65535, description="the recorded LLM as an OpenAI-compatible API (0: a free "
+                                                         "port, named in every /wt/reset)")
     runs_dir: Path | None = Field(None, description="traces, scores and the ledger [<data-dir>/runs]")
     results: ReplayResultsConfig = Field(default_factory=ReplayResultsConfig)
     queue_max: int = Field(100, gt=0, description="pending replays; a full queue refuses new incidents")
