@@ -497,7 +497,7 @@ def sdk_trace_id(sdk_id: str) -> str:
     rest = sdk_id.removeprefix("trace_")
     if _HEX32.fullmatch(rest):
         return rest.lower()
-    return hashlib.sha256(sdk_id.encode()).hexdigest()[:32]
+    return hashlib.sha256(sdk_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def sdk_span_id(sdk_id: str, sdk_trace: str) -> str:
@@ -506,7 +506,7 @@ def sdk_span_id(sdk_id: str, sdk_trace: str) -> str:
     rest = sdk_id.removeprefix("span_")
     if _HEX16.fullmatch(rest):
         return rest.lower()
-    return hashlib.sha256(f"{sdk_trace}\x00{sdk_id}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{sdk_trace}\x00{sdk_id}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def iso_to_ns(value: Any, field: str) -> int:

@@ -593,7 +593,8 @@ def _fix_tool_call_ids(session: Session) -> None:
         for pi, part in enumerate(msg["parts"]):
             if part.get("type") == "tool_call":
                 if not part.get("id"):
-                    digest = hashlib.sha256(f"{session.key}/{mi}/{pi}/{part.get('name')}".encode()).hexdigest()
+                    seed = f"{session.key}/{mi}/{pi}/{part.get('name')}"  # trace text: a lone surrogate too
+                    digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()
                     part["id"] = "call_wt_" + digest[:12]
                     part["id_synthesized"] = True
                 unanswered.append(part)

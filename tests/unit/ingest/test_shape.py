@@ -324,3 +324,16 @@ def test_concurrent_calls_of_one_tool_pair_with_their_spans_by_arguments_not_ord
              for c, t, sid, start in (("Nairobi", 24, "02" * 8, 5), ("Oslo", 3, "03" * 8, 6))]
     session = build_session([model, *tools])
     assert {ex.tool_call_id: ex.args["city"] for ex in session.witnessed_calls} == {"c0": "Oslo", "c1": "Nairobi"}
+
+
+def test_a_tool_named_with_a_lone_surrogate_gets_an_id_not_an_encoding_error():
+    """Found by the long fuzz profile: a tool span's name is trace text, a cut emoji included."""
+    turn = span("chat m", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(
+        [{"role": "user", "content": "hi"}]), "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "content": "done"}])})
+    turn.end_ns = 100
+    tool = span("\ud800", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.arguments": "{}",
+                           "gen_ai.tool.call.result": "1"}, sid="02" * 8, parent="01" * 8, start=5)
+    session = build_session([turn, tool])
+    [call] = [p for m in session.messages for p in m["parts"] if p["type"] == "tool_call"]
+    assert call["id"].startswith("call_wt_")
