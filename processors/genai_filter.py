@@ -5,7 +5,8 @@ logs). This stage looks only at attribute keys, span and event names, never
 at values, so it costs a few string prefix checks per record.
 
 A record is GenAI when it carries a GenAI attribute key (the table in
-`wt_otel.ingest.keys`, shared with the rotel hooks), a GenAI span name
+`wt_otel.ingest.keys`, shared with the rotel hooks), keys that name a model and count its tokens (a
+model call in any namespace: `keys.model_call_bits`), a GenAI span name
 (`chat ...`, `execute_tool ...`, `invoke_agent ...`),
 a `gen_ai.*` span event, or is a `gen_ai.*` log event; or when it names a
 conversation (`session.id`, any of `CONVERSATION_KEYS`) and carries user
@@ -45,7 +46,9 @@ from wt_otel.ingest.keys import (
     GENAI_KEY_PREFIXES,
     GENAI_KEYS,
     GENAI_SPAN_NAME_PREFIXES,
+    MODEL_CALL,
     is_genai_event_name,
+    model_call_bits,
 )
 from wt_otel.model.spans import LogRecord, Record, SpanRefs
 from wt_otel.serve.config import FilterConfig
@@ -65,10 +68,15 @@ def is_genai(record: Record) -> bool:
     (a key of the default flag rules) counts too: a thumbs-down sent as its own span, with only the session
     id, is what flags that session, and `wt-otel import` reads it so."""
     conversation = False
+    model = 0
     for key in record.attributes:
         if key.startswith(PREFIXES) or key in KEYS:
             return True
         conversation = conversation or key in _CONVERSATION_KEYS
+        if model != MODEL_CALL:
+            model |= model_call_bits(key)
+    if model == MODEL_CALL:  # a model call in a namespace of its own: it names the model and counts tokens
+        return True
     if isinstance(record, LogRecord):
         name = record.event_name or str(record.attributes.get("event.name") or "")
         return is_genai_event_name(name) or (conversation and _feedback(record.attributes))

@@ -192,6 +192,29 @@ static Py_ssize_t find_exact(const uint8_t *p, Py_ssize_t n, const btable *t) {
     return -1;
 }
 
+/* A model call in any namespace, by its keys alone (`wt_otel.ingest.keys.model_call_bits`, the same words): a
+ * key that names the model (1) and one that counts tokens (2): `acme.model.name`, `acme.usage.input_tokens`. */
+static int has_word(const uint8_t *p, Py_ssize_t n, const char *w) {
+    Py_ssize_t wn = (Py_ssize_t)strlen(w);
+    for (Py_ssize_t i = 0; i + wn <= n; i++) {
+        Py_ssize_t j = 0;
+        while (j < wn && (uint8_t)(p[i + j] >= 'A' && p[i + j] <= 'Z' ? p[i + j] + 32 : p[i + j]) == (uint8_t)w[j])
+            j++;
+        if (j == wn)
+            return 1;
+    }
+    return 0;
+}
+
+static unsigned model_call_bits(const uint8_t *p, Py_ssize_t n) {
+    unsigned bits = has_word(p, n, "model") ? 1u : 0u;
+    if ((has_word(p, n, "token") || has_word(p, n, "usage")) &&
+        (has_word(p, n, "input") || has_word(p, n, "output") || has_word(p, n, "prompt") ||
+         has_word(p, n, "completion") || has_word(p, n, "total")))
+        bits |= 2u;
+    return bits;
+}
+
 static int is_mark(const uint8_t *p, Py_ssize_t n) {
     return find_exact(p, n, &mark_keys) >= 0 || has_prefix(p, n, &mark_prefixes);
 }
@@ -456,6 +479,7 @@ static PyObject *read_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end) {
     const uint8_t *trace = b, *span = b, *parent = b, *name = b;
     Py_ssize_t trace_n = 0, span_n = 0, parent_n = 0, name_n = 0;
     int genai = 0, event_genai = 0;
+    unsigned model_bits = 0;
     slot_t slots[MAX_WANTED];
     PyObject *values[MAX_WANTED];
     PyObject *marks = NULL, *event_marks = NULL, *entry = NULL;
@@ -484,6 +508,8 @@ static PyObject *read_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end) {
                 if (!genai && (has_prefix(kv.key, kv.key_n, &genai_prefixes) ||
                                find_exact(kv.key, kv.key_n, &genai_keys) >= 0))
                     genai = 1;
+                else if (!genai && model_bits != 3u)
+                    model_bits |= model_call_bits(kv.key, kv.key_n);
                 slot = find_exact(kv.key, kv.key_n, &wanted);
                 if (slot >= 0) {
                     slots[slot].vstart = kv.vstart;
@@ -570,7 +596,7 @@ static PyObject *read_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end) {
     } else {
         marks_t = event_marks ? PyList_AsTuple(event_marks) : PyTuple_New(0);
     }
-    int is_genai = genai || event_genai || has_prefix(name, name_n, &name_prefixes);
+    int is_genai = genai || event_genai || model_bits == 3u || has_prefix(name, name_n, &name_prefixes);
     entry = entry_type->tp_alloc(entry_type, 7);
     if (!trace_s || !span_s || !parent_s || !marks_t || !entry) {
         Py_XDECREF(trace_s);
@@ -697,6 +723,7 @@ static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p
     slot_t slots[MAX_WANTED];
     Py_ssize_t nw = wanted.count;
     int genai = 0, event_genai = 0;
+    unsigned model_bits = 0;
     memset(slots, 0, sizeof(slots));
     memset(p, 0, sizeof(*p));
     p->start = pos;
@@ -718,6 +745,8 @@ static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p
                 if (!genai && (has_prefix(kv.key, kv.key_n, &genai_prefixes) ||
                                find_exact(kv.key, kv.key_n, &genai_keys) >= 0))
                     genai = 1;
+                else if (!genai && model_bits != 3u)
+                    model_bits |= model_call_bits(kv.key, kv.key_n);
                 Py_ssize_t slot = find_exact(kv.key, kv.key_n, &wanted);
                 if (slot >= 0) {
                     slots[slot].vstart = kv.vstart;
@@ -769,7 +798,7 @@ static int peek_span(const uint8_t *b, Py_ssize_t pos, Py_ssize_t end, peek_t *p
             p->conv_n = n;
         }
     }
-    p->genai = genai || event_genai || has_prefix(b + p->name, p->name_n, &name_prefixes);
+    p->genai = genai || event_genai || model_bits == 3u || has_prefix(b + p->name, p->name_n, &name_prefixes);
     return 0;
 }
 

@@ -55,6 +55,32 @@ CONVERSATION_KEYS = (
 )
 
 
+# A model call in any namespace, known by its keys alone: one names the model, another counts its tokens
+# (`acme.model.name`, `acme.usage.input_tokens`): the shape reader's rule (`dialects/shape._model_call`),
+# so a producer nobody wrote a prefix for reaches the session builder in serve too. `_spanindex.c` has
+# the same words.
+MODEL_WORD = "model"
+TOKEN_WORDS = ("token", "usage")
+COUNT_WORDS = ("input", "output", "prompt", "completion", "total")
+NAMES_MODEL, COUNTS_TOKENS = 1, 2
+MODEL_CALL = NAMES_MODEL | COUNTS_TOKENS
+
+
+def model_call_bits(key: str | bytes) -> int:
+    """NAMES_MODEL | COUNTS_TOKENS as the key says (case-insensitive); a span whose keys give both is a model
+    call."""
+    k = (key if isinstance(key, bytes) else key.encode("utf-8", "surrogatepass")).lower()  # ASCII only, as in C
+    bits = NAMES_MODEL if _MODEL_B in k else 0
+    if any(w in k for w in _TOKEN_B) and any(w in k for w in _COUNT_B):
+        bits |= COUNTS_TOKENS
+    return bits
+
+
+_MODEL_B = MODEL_WORD.encode()
+_TOKEN_B = tuple(w.encode() for w in TOKEN_WORDS)
+_COUNT_B = tuple(w.encode() for w in COUNT_WORDS)
+
+
 def is_genai_key(key: str) -> bool:
     """Whether an attribute key on its own marks GenAI telemetry."""
     return key.startswith(GENAI_KEY_PREFIXES) or key in GENAI_KEYS
@@ -71,12 +97,16 @@ def is_genai_event_name(name: str) -> bool:
 
 __all__ = [
     "CONVERSATION_KEYS",
+    "COUNTS_TOKENS",
     "FLAG_KEYS",
     "GENAI_EVENT_PREFIX",
     "GENAI_KEYS",
     "GENAI_KEY_PREFIXES",
     "GENAI_SPAN_NAME_PREFIXES",
+    "MODEL_CALL",
+    "NAMES_MODEL",
     "is_genai_event_name",
     "is_genai_key",
     "is_genai_span_name",
+    "model_call_bits",
 ]

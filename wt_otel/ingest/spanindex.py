@@ -67,6 +67,8 @@ from wt_otel.ingest.keys import (
     GENAI_KEY_PREFIXES,
     GENAI_KEYS,
     GENAI_SPAN_NAME_PREFIXES,
+    MODEL_CALL,
+    model_call_bits,
 )
 from wt_otel.ingest.otlp import _pb_value
 
@@ -336,18 +338,19 @@ def _event(buf: bytes, pos: int, end: int, marks: list[tuple[str, Any]]) -> bool
     return name.startswith(_EVENT_PREFIX_B)
 
 
-_KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool]] = {}  # attribute keys repeat: classify each once
+_KEY_CLASSES: dict[bytes, tuple[bool, int | None, bool, int]] = {}  # attribute keys repeat: classify each once
 
 
-_PLAIN: tuple[bool, int | None, bool] = (False, None, False)
-_GENAI_ONLY: tuple[bool, int | None, bool] = (True, None, False)
+_PLAIN: tuple[bool, int | None, bool, int] = (False, None, False, 0)
+_GENAI_ONLY: tuple[bool, int | None, bool, int] = (True, None, False, 0)
 
 
-def _classify(key: bytes) -> tuple[bool, int | None, bool]:
-    """(a GenAI key?, its slot among the values read, a mark?) for an attribute key; the two usual classes
-    are the constants `_PLAIN` and `_GENAI_ONLY`, so a walk can test them by identity."""
-    cls = (key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B, _WANTED_B.get(key),
-           key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B))
+def _classify(key: bytes) -> tuple[bool, int | None, bool, int]:
+    """(a GenAI key?, its slot among the values read, a mark?, `keys.model_call_bits`) for an attribute key;
+    the two usual classes are the constants `_PLAIN` and `_GENAI_ONLY`, so a walk can test them by identity."""
+    genai = key.startswith(_GENAI_PREFIXES_B) or key in _GENAI_KEYS_B
+    cls = (genai, _WANTED_B.get(key), key in _MARK_KEYS_SET or key.startswith(_MARK_PREFIXES_B),
+           0 if genai else model_call_bits(key))
     cls = _PLAIN if cls == _PLAIN else _GENAI_ONLY if cls == _GENAI_ONLY else cls
     if len(_KEY_CLASSES) < 20_000:  # bounded: hostile traffic with ever new keys only loses the cache
         _KEY_CLASSES[key] = cls
@@ -357,6 +360,7 @@ def _classify(key: bytes) -> tuple[bool, int | None, bool]:
 def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
     trace = span = parent = name = b""
     genai = event_genai = False
+    model_bits = 0
     wanted: dict[int, tuple[int, int, int]] | None = None
     marks: dict[str, Any] | None = None  # the span's own
     event_marks: list[tuple[str, Any]] | None = None
@@ -379,6 +383,8 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
                 cls = classes.get(key) or _classify(key)
                 if cls[0]:
                     genai = True
+                elif cls[3]:
+                    model_bits |= cls[3]
                 if cls[1] is not None:
                     if wanted is None:
                         wanted = {}
@@ -409,6 +415,8 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
                 cls = classes.get(key) or _classify(key)
                 if cls[0]:
                     genai = True
+                elif cls[3]:
+                    model_bits |= cls[3]
                 if cls[1] is not None:
                     if wanted is None:
                         wanted = {}
@@ -439,7 +447,8 @@ def _span(buf: bytes, pos: int, end: int) -> SpanEntry:
             if count > 1:
                 raise SpanIndexError("an attribute read by the index has its value field more than once")
             values[slot] = _value(buf, vstart, vend) if count else None
-    return _entry(trace, span, parent, name, genai or event_genai, values, marks, event_marks)
+    return _entry(trace, span, parent, name, genai or event_genai or model_bits == MODEL_CALL, values, marks,
+                  event_marks)
 
 
 def _entry(trace: bytes, span: bytes, parent: bytes, name: bytes, genai: bool, values: dict[int, Any],
@@ -540,6 +549,7 @@ def _lean_key(key: bytes) -> str:
 
 def _lean_span(sp: Any) -> SpanEntry:
     genai = False
+    model_bits = 0
     wanted: dict[int, Any] | None = None
     marks: dict[str, Any] | None = None
     classes = _KEY_CLASSES
@@ -552,6 +562,8 @@ def _lean_span(sp: Any) -> SpanEntry:
             genai = True
             if cls is _GENAI_ONLY:
                 continue
+        elif cls[3]:
+            model_bits |= cls[3]
         if cls[1] is not None:
             if wanted is None:
                 wanted = {}
@@ -579,7 +591,8 @@ def _lean_span(sp: Any) -> SpanEntry:
     if wanted is not None:
         for slot, raws in sorted(wanted.items()) if len(wanted) > 1 else wanted.items():
             values[slot] = _lean_value(raws)
-    return _entry(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, genai, values, marks, event_marks)
+    return _entry(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, genai or model_bits == MODEL_CALL, values,
+                  marks, event_marks)
 
 
 def scan_python(body: bytes | bytearray | memoryview) -> list[SpanEntry]:

@@ -68,6 +68,12 @@ def rich_request() -> bytes:
         # GenAI by a whole key (input.value); parent of the wrong length is kept as it is
         Span(trace_id=T2, span_id=(6).to_bytes(8, "big"), parent_span_id=b"\x01\x02", name="",
              attributes=[kv("input.value", "q"), kv("gen_ai.conversation.id", True)]),
+        # GenAI by its keys alone, in a namespace of its own: it names the model and counts its tokens
+        Span(trace_id=T2, span_id=(7).to_bytes(8, "big"), name="acme.step",
+             attributes=[kv("acme.Model.Name", "m"), kv("acme.usage.input_TOKENS", 3)]),
+        # a model named without a token count (or a token that counts nothing) is not
+        Span(trace_id=T2, span_id=(8).to_bytes(8, "big"), name="acme.step",
+             attributes=[kv("http.model", "m"), kv("auth.token", "x")]),
         # no ids at all
         Span(name="execute_tool lookup"),
     ]
@@ -421,3 +427,11 @@ def test_scan_runs_with_an_extension_built_before_it_reads_the_request_all_the_s
     monkeypatch.setattr(spanindex, "_native_scan_runs", None)
     monkeypatch.setattr(spanindex, "_chosen", ("native", spanindex.scan_native))
     assert repr(spanindex.scan_runs(body)) == repr(expected)
+
+
+def test_a_model_call_in_a_namespace_of_its_own_is_genai_in_every_walk(scan):
+    """Issue 29: a producer nobody wrote a prefix for must reach the session builder in serve too; its model
+    call names the model and counts tokens (`keys.model_call_bits`, the shape reader's rule)."""
+    by_span = {e.span_id: e.genai for e in scan(rich_request())}
+    assert by_span[(7).to_bytes(8, "big").hex()] is True
+    assert by_span[(8).to_bytes(8, "big").hex()] is False
