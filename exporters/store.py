@@ -11,6 +11,7 @@ on a data dir full of them. Every reader goes through `SessionStore` instead:
     store.session(stored)                   # the Session, built on demand from its envelope, records or segments
     store.envelope(stored)                  # its Contract A envelope: the file, or rendered in memory
     store.render([...]) / store.flag(...)   # write: through the data dir's writer (`DataDirStore`)
+    SessionStore.merged([dir, ...])         # several data dirs read together (exporters/merged.py)
 
 Reading never writes and never takes the data dir's lock, so it works while serve runs (the index is
 append-only, a torn last line is skipped; segment entries an index line names were fsynced before it was
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wt_otel._util.clock import utc_now_iso
 from wt_otel._util.journal import Journal
@@ -44,6 +45,9 @@ from wt_otel.exporters.datadir import (
 )
 from wt_otel.exporters.envelope import envelope
 from wt_otel.model.session import Session
+
+if TYPE_CHECKING:
+    from wt_otel.exporters.merged import MergedView
 
 __all__ = ["DataDirLocked", "FlagOutcome", "NotADataDir", "SessionStore", "StoredSession"]
 
@@ -107,6 +111,15 @@ class SessionStore:
         self.problems: list[str] = []
         self._latest: dict[str, StoredSession] = {}
         self.reload()
+
+    @classmethod
+    def merged(cls, data_dirs: Iterable[Path | str]) -> MergedView:
+        """Several data dirs read together (serve instances behind a load balancer: exporters/merged.py):
+        every session with its dir, and the conversations split across them. NotADataDir, or ValueError for
+        a dir named twice."""
+        from wt_otel.exporters.merged import MergedView
+
+        return MergedView([cls(d) for d in data_dirs])
 
     def reload(self) -> None:
         read = read_index(self.root)

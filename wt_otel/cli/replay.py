@@ -225,8 +225,12 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
 
 
 @click.command("report")
-@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
-              show_default=True, help="The runs dir whose ledger.ndjsonl to read.")
+@click.option("--runs-dir", "runs_dirs", type=click.Path(file_okay=False, path_type=Path), multiple=True,
+              metavar="DIR", help="The runs dir whose ledger.ndjsonl to read [runs]. Repeatable: the ledgers are "
+              "reported together.")
+@click.option("--data-dir", "data_dirs", type=click.Path(file_okay=False, path_type=Path), multiple=True,
+              metavar="DIR", help="A serve data dir: its automatic replays' ledger, DIR/runs/ledger.ndjsonl. "
+              "Repeatable (one per serve instance), and combines with --runs-dir.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text",
               show_default=True)
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -234,7 +238,8 @@ def run_(ctx: click.Context, paths: tuple[Path, ...], runtime_spec: str, inject_
 @click.option("--window", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
               help="How many of the latest sweeps the trend and flip count cover.")
 @click.pass_context
-def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, window: int) -> None:
+def report_(ctx: click.Context, runs_dirs: tuple[Path, ...], data_dirs: tuple[Path, ...], fmt: str,
+            out: Path | None, window: int) -> None:
     """Summarise the ledger: per scenario its latest verdict, pass-rate trend, flakiness, time since green.
 
     \b
@@ -247,6 +252,11 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     json: the same data as one document; html: a self-contained page (inline
     CSS and SVG charts) to attach to a CI run.
 
+    Several ledgers (--runs-dir and --data-dir, each repeatable: the serve
+    instances behind a load balancer) are reported as one: a scenario's rows
+    from every ledger, in time order. A ledger named twice is read once; one
+    that is missing among several is a warning.
+
     Unreadable ledger lines (a torn last line after a crash) are skipped with
     a warning. Exit status: 0 ok; 1 no ledger or no row in it; 2 usage.
     """
@@ -254,14 +264,24 @@ def report_(ctx: click.Context, runs_dir: Path, fmt: str, out: Path | None, wind
     from wt_otel.reporting.outputs import LEDGER_FILE
     from wt_otel.reporting.report import build_report, render
 
-    path = runs_dir / LEDGER_FILE
-    read = load_component("exporters", "ledger")(path).read()
-    for problem in read.problems:
+    paths = [d / LEDGER_FILE for d in runs_dirs] + [d / "runs" / LEDGER_FILE for d in data_dirs]
+    paths = list({p.resolve(): p for p in paths or [Path("runs") / LEDGER_FILE]}.values())
+    rows, problems = [], []
+    for path in paths:
+        if len(paths) > 1 and not path.is_file():
+            click.echo(f"warning: no ledger at {path}", err=True)
+            continue
+        read = load_component("exporters", "ledger")(path).read()
+        rows += read.rows
+        problems += read.problems
+    for problem in problems:
         click.echo(f"warning: {problem}", err=True)
-    if not read.rows:
-        click.echo(f"error: no ledger rows in {path} (run `wt-otel run --runs-dir {runs_dir}` first)", err=True)
+    if not rows:
+        where = ", ".join(str(p) for p in paths)
+        hint = f"run `wt-otel run --runs-dir {paths[0].parent}` first" if len(paths) == 1 else "no ledger has a row"
+        click.echo(f"error: no ledger rows in {where} ({hint})", err=True)
         ctx.exit(1)
-    text = render(build_report(read.rows, window=window, problems=read.problems), fmt)
+    text = render(build_report(rows, window=window, problems=problems), fmt)
     if out is None:
         click.echo(text, nl=False)
     else:
