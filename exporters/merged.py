@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wt_otel.ingest.joins import ContinuationIndex, compared, tail_of
+from wt_otel.ingest.sessions import TraceUnion
 from wt_otel.model.session import Session
 
 __all__ = ["Located", "MergedView", "Split"]
@@ -89,22 +90,6 @@ class Split:
                 + "; ".join(p.where for p in self.parts))
 
 
-class _Union:
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-
-    def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 class MergedView:
     """The sessions of several data dirs (each through its own `SessionStore`), read together."""
 
@@ -125,11 +110,11 @@ class MergedView:
     def splits(self, located: Sequence[Located] | None = None, *, content: bool = True) -> builtins.list[Split]:
         """The conversations split across dirs (the module docstring); each session is in at most one Split."""
         parts = list(self.list() if located is None else located)
-        union = _Union(len(parts))
+        union = TraceUnion()  # over the sessions' places in `parts`, as text
         evidence: dict[tuple[int, int], list[str]] = {}  # (session, session) in different dirs -> why
 
         def join(a: int, b: int, why: str) -> None:
-            union.union(a, b)
+            union.union(str(a), str(b))
             if parts[a].data_dir != parts[b].data_dir:
                 evidence.setdefault((min(a, b), max(a, b)), []).append(why)
 
@@ -149,10 +134,10 @@ class MergedView:
                 join(a, b, why)
         groups: dict[int, list[int]] = {}
         for i in range(len(parts)):
-            groups.setdefault(union.find(i), []).append(i)
+            groups.setdefault(int(union.find(str(i))), []).append(i)
         reasons: dict[int, list[str]] = {}
         for (a, _), ws in sorted(evidence.items()):
-            reasons.setdefault(union.find(a), []).extend(ws)
+            reasons.setdefault(int(union.find(str(a))), []).extend(ws)
         out = []
         for root, members in groups.items():
             if len({parts[i].data_dir for i in members}) < 2:

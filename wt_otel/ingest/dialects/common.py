@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from wt_otel.ingest.keys import CONVERSATION_KEYS
@@ -210,27 +211,31 @@ def unflatten(attrs: dict[str, Any], prefix: str) -> list[Any]:
     Flattened conventions (OpenLLMetry, OpenInference) spread one message over
     many attributes; numeric path segments become list positions.
     """
-    root: dict[str, Any] = {}
     head = prefix + "."
-    for key, value in attrs.items():
-        if not key.startswith(head):
-            continue
+    out = listify(nest((key[len(head):], value) for key, value in attrs.items() if key.startswith(head)))
+    return out if isinstance(out, list) else []
+
+
+def nest(paths: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Dotted paths and their values as one nested dict (`a.b` = 1, `a.c` = 2 -> {a: {b: 1, c: 2}})."""
+    root: dict[str, Any] = {}
+    for dotted, value in paths:
         node = root
-        *path, leaf = key[len(head):].split(".")
+        *path, leaf = dotted.split(".")
         for seg in path:
             child = node.get(seg)
             if not isinstance(child, dict):
                 child = node[seg] = {}
             node = child
         node[leaf] = value
-    out = _listify(root)
-    return out if isinstance(out, list) else []
+    return root
 
 
-def _listify(node: Any) -> Any:
+def listify(node: Any) -> Any:
+    """Dicts whose keys are all numbers become lists, in number order (flattened `x.0.*`, `x.1.*`)."""
     if not isinstance(node, dict):
         return node
-    items = {k: _listify(v) for k, v in node.items()}
+    items = {k: listify(v) for k, v in node.items()}
     if items and all(k.isdigit() for k in items):
         return [items[k] for k in sorted(items, key=int)]
     return items

@@ -26,7 +26,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from wt_otel.ingest.dialects.common import base_call, tool_definition
+from wt_otel.ingest.dialects.common import base_call, listify, nest, tool_definition
 from wt_otel.ingest.dialects.tools import tool_execution
 from wt_otel.ingest.messages import (
     ROLE_ALIASES,
@@ -210,16 +210,7 @@ def _dotted_messages(found: list[tuple[str, str, Any]]) -> list[tuple[str, str, 
     for head, members in groups.items():
         if len(members) < 2 or (d := _direction(head)) is None:
             continue
-        tree: dict[str, Any] = {}
-        for i in members:
-            node = tree
-            *path, leaf = found[i][0].split(".")[1:]
-            for seg in path:
-                child = node.get(seg)
-                if not isinstance(child, dict):
-                    child = node[seg] = {}
-                node = child
-            node[leaf] = decode_value(found[i][2])
+        tree = nest((found[i][0].partition(".")[2], decode_value(found[i][2])) for i in members)
         if message_list(tree) is not None:
             rebuilt.append((head, d, tree))
             taken.update(members)
@@ -229,27 +220,8 @@ def _dotted_messages(found: list[tuple[str, str, Any]]) -> list[tuple[str, str, 
 
 
 def _unflatten(rest: dict[str, Any]) -> list[Any]:
-    root: dict[str, Any] = {}
-    for key, value in rest.items():
-        node = root
-        *path, leaf = key.split(".")
-        for seg in path:
-            child = node.get(seg)
-            if not isinstance(child, dict):
-                child = node[seg] = {}
-            node = child
-        node[leaf] = value
-    listed = _listify(root)
+    listed = listify(nest(rest.items()))
     return listed if isinstance(listed, list) else [listed]
-
-
-def _listify(node: Any) -> Any:
-    if not isinstance(node, dict):
-        return node
-    items = {k: _listify(v) for k, v in node.items()}
-    if items and all(k.isdigit() for k in items):
-        return [items[k] for k in sorted(items, key=int)]
-    return items
 
 
 # ---------------------------------------------------------------- shapes
