@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from wt_otel.ingest.otlp_encode import traces_request
 from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.server import Server
 
-N = 100
+N = 500
 
 
 @pytest.fixture
@@ -31,11 +32,20 @@ def fast_dir() -> Iterator[Path]:
 
 
 def post(url: str, turns: list[Turn]) -> None:
+    """As an OTLP exporter sends: a refusal with retry info (429/503: serve's backpressure) is sent again."""
     for i in range(0, len(turns), 50):
         body = traces_request([r for t in turns[i:i + 50] for r in t.records]).SerializeToString()
         req = urllib.request.Request(url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert r.status == 200
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    assert r.status == 200
+                break
+            except urllib.error.HTTPError as e:
+                if e.code not in (429, 503) or time.monotonic() > deadline:
+                    raise
+                time.sleep(min(float(e.headers.get("Retry-After") or 1), 1.0))
 
 
 def wait_written(server: Server, n: int) -> None:
