@@ -531,6 +531,8 @@ def _merge(transcript: list[dict[str, Any]], sigs: list[tuple], history: list[di
 def _with_ids(seen: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
     """`seen` with the tool-call ids that a later view of the same message gives and it lacks (a response
     logged in a legacy form without ids, the next request's history with them)."""
+    if seen.get("role") != "assistant":  # only an assistant message holds tool calls (most messages: not)
+        return seen
     parts, later = seen.get("parts", []), again.get("parts", [])
     if len(parts) != len(later):
         return seen
