@@ -207,7 +207,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     (flag_rules or default_rules()).apply(session, spans)
     _gemini_function_responses(calls)
     loops = _tool_loops_in_calls(session, spans, calls)
-    _fill_from_calls(session, calls, loops, _text_protocol_runs(session, spans, calls))
+    _fill_from_calls(session, calls, loops, _text_protocol_runs(session, spans, calls, loops))
     _user_turns_from_agent_inputs(session, calls, spans)
     _fix_tool_call_ids(session)
     _correlate(session)
@@ -412,7 +412,8 @@ def _rounds(executions: Iterable[ToolExecution]) -> list[dict[str, Any]]:
     return messages
 
 
-def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[LLMCall]) -> list[LLMCall] | None:
+def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[LLMCall],
+                        loops: dict[str, list[dict[str, Any]]]) -> list[LLMCall] | None:
     """Each run's ask, tool rounds and answer, where the model calls speak a text protocol of their own.
 
     Some frameworks never give the model a tool: it answers in a text format (DSPy's `[[ ## next_tool_name ## ]]`
@@ -420,7 +421,8 @@ def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[L
     tool spans ran, and the model calls' messages are templates, not the conversation. On that evidence only
     (tools ran, no model call made a structured call, and every tool span ran inside a run that logs its ask
     and its answer and ran the model), the transcript is the outermost runs': ask, the tool spans under it,
-    answer. Said as a warning; what the model saw stays in the session's model calls."""
+    answer. Said as a warning; what the model saw stays in the session's model calls. Without such runs (and
+    where no model call ran the tools itself, `loops`) the templates stay the transcript: said too."""
     models = [c for c in calls if not c.is_transcript]
     if not session.witnessed_calls or not models or any(
             p.get("type") == "tool_call" for c in models for m in c.input_messages + c.output_messages
@@ -433,6 +435,11 @@ def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[L
     model_lineage = [_ancestors(m.span_id, parent) for m in models]
     if not outer or not all(any(r.span_id in up for r in outer) for up in under.values()) or not all(
             any(r.span_id in up for up in model_lineage) for r in outer):
+        if not loops and any(c.input_messages or c.output_messages for c in models):
+            session.warnings.append(
+                f"no model call made a structured tool call, yet {len(session.witnessed_calls)} tool span(s) ran, "
+                "and no run span logs both its ask and its answer: the transcript is what the model calls logged "
+                "(a framework's text protocol reads as its templates); the tool calls are only in witnessed_calls")
         return None
     views = []
     for run in sorted(outer, key=lambda c: c.start_ns):

@@ -337,3 +337,10 @@ def test_a_tool_named_with_a_lone_surrogate_gets_an_id_not_an_encoding_error():
     session = build_session([turn, tool])
     [call] = [p for m in session.messages for p in m["parts"] if p["type"] == "tool_call"]
     assert call["id"].startswith("call_wt_")
+
+
+def test_a_text_protocol_without_a_run_that_logs_its_ask_and_answer_is_said_not_guessed():
+    _, lm, tool, finish = _dspy_like_turn("Oslo?", "messages=[]", "3 degrees.", 1, 1)
+    session = build_session([lm, tool, finish])
+    assert any("no run span logs both its ask and its answer" in w for w in session.warnings)
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]  # the templates, as logged
