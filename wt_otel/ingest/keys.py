@@ -56,7 +56,7 @@ CONVERSATION_KEYS = (
 
 
 # A model call in any namespace, known by its keys alone: one names the model, another counts its tokens
-# (`acme.model.name`, `acme.usage.input_tokens`): the shape reader's rule (`dialects/shape._model_call`),
+# (`acme.model.name`, `acme.usage.input_tokens`): the shape reader's span role and serve's filter alike,
 # so a producer nobody wrote a prefix for reaches the session builder in serve too. `_spanindex.c` has
 # the same words.
 MODEL_WORD = "model"

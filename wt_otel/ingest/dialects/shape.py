@@ -28,6 +28,7 @@ from typing import Any
 
 from wt_otel.ingest.dialects.common import base_call, listify, nest, tool_definition
 from wt_otel.ingest.dialects.tools import tool_execution
+from wt_otel.ingest.keys import MODEL_CALL, model_call_bits
 from wt_otel.ingest.messages import (
     ROLE_ALIASES,
     decode_value,
@@ -129,14 +130,12 @@ def span_role(span: SpanRecord) -> str | None:
 
 
 def _model_call(attrs: dict[str, Any]) -> bool:
-    """A span that names a model and counts tokens is a model call (or wraps one: see `sessions`)."""
-    model = usage = False
+    """A span that names a model and counts tokens is a model call (or wraps one: see `sessions`); the
+    rule serve's filter keeps such spans by (`keys.model_call_bits`)."""
+    bits = 0
     for key in attrs:
-        toks = tokens(key)
-        model = model or "model" in toks
-        usage = usage or bool(toks & {"tokens", "token", "usage"} and toks & {"input", "output", "prompt",
-                                                                             "completion", "total", "count"})
-        if model and usage:
+        bits |= model_call_bits(key)
+        if bits == MODEL_CALL:
             return True
     return False
 
@@ -319,7 +318,7 @@ def plain_text(value: Any) -> str | None:
     while isinstance(data, dict):
         named = next((data[k] for k in _ANSWER_KEYS if isinstance(data.get(k), str) and data[k].strip()), None)
         if named is not None:
-            return None if looks_serialized(named) or len(named) > _MAX_TEXT else named
+            return plain_text(named)
         data = next(iter(data.values())) if len(data) == 1 else None
     return None
 
@@ -351,7 +350,7 @@ def run_history(value: Any) -> list[dict[str, Any]]:
     if raw is not None:
         return read_messages(raw)
     out: list[dict[str, Any]] = []
-    for record in history if isinstance(history, list) else []:
+    for record in history[:10_000] if isinstance(history, list) else []:  # as `message_list` bounds it
         if not isinstance(record, dict):
             return []
         answer = next((record[k] for k in _ANSWER_KEYS if isinstance(record.get(k), str)), None)
@@ -364,8 +363,7 @@ def run_history(value: Any) -> list[dict[str, Any]]:
 
 
 # Keys that never hold the words of a turn: labels, and what came before it (a run's input beside its history)
-_NOT_TEXT_KEYS = frozenset({"type", "role", "name", "id", "__class__", "history", "chat_history", "trajectory",
-                            "memory", "past_messages", "previous_messages"})
+_NOT_TEXT_KEYS = frozenset({"type", "role", "name", "id", "__class__", "trajectory", "memory", *_HISTORY_KEYS})
 _ANSWER_KEYS = ("answer", "final_answer", "final_output", "output", "response", "result")
 
 
@@ -396,6 +394,7 @@ def _conversation(span: SpanRecord, role: str | None, found: list[tuple[str, str
     definitions: list[dict[str, Any]] = []
     texts: dict[str, str] = {}
     for key, direction, value in found:
+        value = decode_value(value)  # once: each reader below would decode the same JSON text again
         if tokens(key) & _TOOL_DEFS:
             definitions += _definitions(value)
             continue
