@@ -174,7 +174,8 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         custom = agents.custom_span(span)
         if custom is not None:
             session.custom_spans.append(custom)
-    _wrappers_are_transcripts(spans, calls)
+    parent = {s.span_id: s.parent_span_id for s in spans}  # the span tree, for every rule below that walks it
+    _wrappers_are_transcripts(parent, calls)
     if not session.witnessed_calls and not any(
             c.input_messages or c.output_messages or not c.is_transcript for c in calls):
         return None  # e.g. a one-span agent set-up trace: no conversation, no model call, no tool run
@@ -206,9 +207,11 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
         session.joined_by += [("link:" if t in linking else "continuation:") + t for t in trace_ids[1:]]
     (flag_rules or default_rules()).apply(session, spans)
     _gemini_function_responses(calls)
-    loops = _tool_loops_in_calls(session, spans, calls)
-    _fill_from_calls(session, calls, loops, _text_protocol_runs(session, spans, calls, loops))
-    _user_turns_from_agent_inputs(session, calls, spans)
+    under = {ex.span_id: _ancestors(ex.span_id, parent) for ex in session.witnessed_calls}  # each tool span's
+    _drop_rewrapped(session, under)
+    loops = _tool_loops_in_calls(session, under, parent, calls)
+    _fill_from_calls(session, calls, loops, _text_protocol_runs(session, under, parent, calls, loops))
+    _user_turns_from_agent_inputs(session, calls, parent)
     _fix_tool_call_ids(session)
     _correlate(session)
     _final_answer_tools(session)
@@ -217,7 +220,7 @@ def build_session(records: Iterable[SpanRecord | LogRecord], key: str | None = N
     return session
 
 
-def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans: list[SpanRecord]) -> None:
+def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], parent: dict[str, str | None]) -> None:
     """The user turn is what the user gave the agent: where a framework wrapped an agent's or task's input in
     a prompt of its own ("Current Task: <input> ... Answer their question"), the model calls show the
     prompt. On evidence only: the prompt is the last user message of the first model call that the agent
@@ -228,7 +231,6 @@ def _user_turns_from_agent_inputs(session: Session, calls: list[LLMCall], spans:
     agents = [c for c in calls if c.span_id in asked]
     if not agents:
         return
-    parent = {s.span_id: s.parent_span_id for s in spans}
     model_calls = sorted((c for c in calls if not c.is_transcript), key=lambda c: c.start_ns)
     lineage = {c.span_id: _ancestors(c.span_id, parent) for c in model_calls}
     prompts: dict[str, str] = {}  # the prompt text -> the user's words in it
@@ -296,8 +298,8 @@ def _final_answer_tools(session: Session) -> None:
             calls_later = any(q.get("type") == "tool_call" for q in m["parts"][j + 1:])
             if text is None and not p.get("arguments") and answered_later and not calls_later and not any(
                     q.get("type") == "tool_call" for x in later[:end] for q in x["parts"]):
-                # a no-argument `finish` that only marks the end of a run whose answer follows (DSPy ReAct)
-                m["parts"][j] = {}
+                # a no-argument `finish` that only marks the end of a run whose answer follows (DSPy ReAct):
+                # the call goes with its result (below)
                 dropped.add(p["id"])
                 said = f"tool {name!r} only marked the end of the run (no arguments, the answer follows): dropped"
                 if said not in session.warnings:
@@ -313,8 +315,8 @@ def _final_answer_tools(session: Session) -> None:
     if not dropped:
         return
     for m in messages:
-        m["parts"] = [p for p in m["parts"] if p and not (p.get("type") == "tool_call_response"
-                                                           and p.get("id") in dropped)]
+        m["parts"] = [p for p in m["parts"] if not (p.get("type") in ("tool_call", "tool_call_response")
+                                                    and p.get("id") in dropped)]
     session.messages = [m for m in messages if m["parts"]]
     session.witnessed_calls = [w for w in session.witnessed_calls if w.tool_call_id not in dropped]
 
@@ -342,50 +344,51 @@ def _gemini_function_responses(calls: list[LLMCall]) -> None:
                         p["response"] = function_response(p.get("response"))
 
 
-def _wrappers_are_transcripts(spans: list[SpanRecord], calls: list[LLMCall]) -> None:
+def _wrappers_are_transcripts(parent: dict[str, str | None], calls: list[LLMCall]) -> None:
     """A model call read by shape that encloses another model call is a wrapper (an SDK's `generateText`
     around its `doGenerate`, a framework's LLM step around the client's span): the same evidence, so it
     counts as a transcript view, never as a second call."""
     if not any(c.dialect == "shape" and not c.is_transcript for c in calls):
         return
-    enclosing = _enclosing(spans, calls)
+    enclosing = _enclosing(parent, calls)
     for c in calls:
         if c.dialect == "shape" and not c.is_transcript and c.span_id in enclosing:
             c.is_transcript = True
 
 
-def _enclosing(spans: list[SpanRecord], calls: list[LLMCall]) -> set[str]:
+def _enclosing(parent: dict[str, str | None], calls: list[LLMCall]) -> set[str]:
     """Ids of the spans that enclose a model call (its ancestors)."""
-    parent = {s.span_id: s.parent_span_id for s in spans}
     return {a for c in calls if not c.is_transcript for a in _ancestors(c.span_id, parent)}
 
 
-def _tool_loops_in_calls(session: Session, spans: list[SpanRecord],
+def _drop_rewrapped(session: Session, under: dict[str, set[str]]) -> None:
+    """A tool span inside another of the same tool and arguments is the same call wrapped twice (an
+    instrumentation that re-wraps a function on every request): it counts once, the outermost."""
+    by_span = {ex.span_id: ex for ex in session.witnessed_calls if ex.span_id}
+    twice = {ex.span_id for ex in session.witnessed_calls if any(
+        (outer := by_span.get(a)) is not None and outer.tool_name == ex.tool_name and outer.args == ex.args
+        for a in under.get(ex.span_id, ()))}
+    if twice:
+        session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.span_id not in twice]
+
+
+def _tool_loops_in_calls(session: Session, under: dict[str, set[str]], parent: dict[str, str | None],
                          calls: list[LLMCall]) -> dict[str, list[dict[str, Any]]]:
     """The tool rounds a model call ran inside itself, by span id of the call.
 
     An SDK that runs the tool loop for the caller (automatic function calling) may be traced as one model
     call per user turn: its input is what the caller passed, its output the final text, and the turn's
-    calls are only the tool spans under it. Those go between the two, one round per call in time order
-    (calls whose spans overlap: one round). A tool span inside another of the same tool and arguments is
-    the same call wrapped twice (an instrumentation that re-wraps a function on every request): it counts
-    once."""
+    calls are only the tool spans under it (`under`: each tool span's ancestors). Those go between the
+    two, one round per call in time order (calls whose spans overlap: one round)."""
     if not session.witnessed_calls:
         return {}
-    parent = {sp.span_id: sp.parent_span_id for sp in spans}
-    by_span = {ex.span_id: ex for ex in session.witnessed_calls if ex.span_id}
-    twice = {ex.span_id for ex in session.witnessed_calls if any(
-        (outer := by_span.get(a)) is not None and outer.tool_name == ex.tool_name and outer.args == ex.args
-        for a in _ancestors(ex.span_id, parent))}
-    if twice:
-        session.witnessed_calls = [ex for ex in session.witnessed_calls if ex.span_id not in twice]
-    enclosing = _enclosing(spans, calls)
+    enclosing = _enclosing(parent, calls)
     loops: dict[str, list[dict[str, Any]]] = {}
     for call in calls:
         if call.is_transcript or call.span_id in enclosing or any(
                 p.get("type") == "tool_call" for m in call.output_messages for p in m.get("parts", [])):
             continue
-        messages = _rounds(ex for ex in session.witnessed_calls if call.span_id in _ancestors(ex.span_id, parent))
+        messages = _rounds(ex for ex in session.witnessed_calls if call.span_id in under.get(ex.span_id, ()))
         if messages:
             loops[call.span_id] = messages
     return loops
@@ -412,7 +415,8 @@ def _rounds(executions: Iterable[ToolExecution]) -> list[dict[str, Any]]:
     return messages
 
 
-def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[LLMCall],
+def _text_protocol_runs(session: Session, under: dict[str, set[str]], parent: dict[str, str | None],
+                        calls: list[LLMCall],
                         loops: dict[str, list[dict[str, Any]]]) -> list[LLMCall] | None:
     """Each run's ask, tool rounds and answer, where the model calls speak a text protocol of their own.
 
@@ -428,10 +432,8 @@ def _text_protocol_runs(session: Session, spans: list[SpanRecord], calls: list[L
             p.get("type") == "tool_call" for c in models for m in c.input_messages + c.output_messages
             for p in m["parts"]):
         return None
-    parent = {sp.span_id: sp.parent_span_id for sp in spans}
     runs = {c.span_id: c for c in calls if c.is_transcript and c.input_messages and c.output_messages}
     outer = [c for c in runs.values() if not _ancestors(c.span_id, parent) & runs.keys()]
-    under = {ex.span_id: _ancestors(ex.span_id, parent) for ex in session.witnessed_calls}
     model_lineage = [_ancestors(m.span_id, parent) for m in models]
     if not outer or not all(any(r.span_id in up for r in outer) for up in under.values()) or not all(
             any(r.span_id in up for up in model_lineage) for r in outer):
