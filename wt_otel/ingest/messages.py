@@ -127,8 +127,8 @@ def looks_serialized(text: Any) -> bool:
     return False
 
 
-def _decode(value: Any) -> Any:
-    """JSON text -> data; a Python repr of a container or SDK object -> data; else unchanged."""
+def decode_value(value: Any) -> Any:
+    """JSON text -> data; a Python repr of a container or SDK object -> data (never evaluated); else unchanged."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if not isinstance(value, str):
@@ -153,11 +153,6 @@ def _string_literal(value: Any) -> str | None:
     return text if ok and isinstance(text, str) else None
 
 
-def decode_value(value: Any) -> Any:
-    """JSON or Python-repr text -> data (never evaluated); anything else unchanged."""
-    return _decode(value)
-
-
 # ---------------------------------------------------------------- tool results and arguments
 
 def tool_result(value: Any, _depth: int = 0) -> Any:
@@ -165,7 +160,7 @@ def tool_result(value: Any, _depth: int = 0) -> Any:
     if _depth > _MAX_DEPTH:
         return value
     if isinstance(value, str | bytes):
-        decoded = _decode(value)
+        decoded = decode_value(value)
         if isinstance(decoded, str) and decoded is not value and decoded.lstrip()[:1] in ("{", "["):
             return tool_result(decoded, _depth + 1)  # a container's repr, JSON-quoted (CrewAI's tool spans)
         return value if decoded is value else tool_result(decoded, _depth + 1) if isinstance(
@@ -250,7 +245,7 @@ def tool_arguments(value: Any) -> tuple[Any, bool]:
         return {}, True
     for _ in range(_MAX_DEPTH):
         inner = _string_literal(value)  # the JSON text, repr'd once more (CrewAI's history): `'{"city": "Oslo"}'`
-        decoded = _decode(value if inner is None else inner)
+        decoded = decode_value(value if inner is None else inner)
         if not isinstance(decoded, dict):
             return value, False
         if set(decoded) == {"_raw_arguments"}:
@@ -357,7 +352,7 @@ def _text_parts(text: Any) -> list[dict[str, Any]]:
         return []
     s = text.lstrip()
     if s[:1] in "{[" or _REPR_HEAD.match(s):
-        data = _decode(s)
+        data = decode_value(s)
         items = data if isinstance(data, list) else [data]
         if items and all(isinstance(i, dict) and (_is_item(i) or _is_message(i)) for i in items):
             parts = [p for i in items for p in (_item_parts(i) if _is_item(i) else
@@ -430,7 +425,7 @@ def _messages_from(d: Any, default_role: str) -> list[dict[str, Any]]:
     becomes a tool message followed by a user message)."""
     if isinstance(d, str):
         if _REPR_HEAD.match(d) or d[:1] == "{":  # a message logged as str(obj): its own role, when it has one
-            decoded = _decode(d)
+            decoded = decode_value(d)
             if isinstance(decoded, dict) and _is_message(decoded):
                 return _messages_from(decoded, default_role)
         texts = _text_parts(d)
@@ -725,7 +720,7 @@ def read_messages(value: Any, default_role: str = "user") -> list[dict[str, Any]
         found = _read_history_text(value, default_role)
         if found is not None:
             return found
-    data = _decode(value)
+    data = decode_value(value)
     if isinstance(data, dict):
         data = _unwrap_container(data)
     if isinstance(data, str):
