@@ -164,3 +164,14 @@ def test_a_span_that_links_to_several_traces_joins_none(tmp_path: Path) -> None:
     assert len(envelopes) == 3  # the fan-in turn alone; the other second turn joined its own first
     alone = next(e for e in envelopes if e["provenance"]["trace_ids"] == [scenario.second[0].trace_id])
     assert any("links to 2 other traces" in w for w in alone["warnings"])
+
+
+def test_a_link_to_a_trace_the_import_never_saw_joins_nothing(tmp_path: Path) -> None:
+    from tests.support.conversations import linked
+    from wt_otel.model.spans import Link
+
+    scenario = linked(1)
+    scenario.second[0].records[0].links = [Link("f" * 32, "e" * 16)]  # a trace outside this dump
+    envelopes = imported(tmp_path, scenario)
+    assert sorted(len(e["provenance"]["trace_ids"]) for e in envelopes) == [1, 1]
+    assert all(not any("link" in w for w in e["warnings"]) for e in envelopes)

@@ -294,6 +294,8 @@ def test_a_runs_history_beside_its_ask_is_the_conversation_so_far():
     assert shape.run_history({"question": "q", "history": [{"role": "user", "content": "hi"}]})[0]["role"] == "user"
     assert shape.run_history({"question": "q", "history": "messages=[]"}) == []
     assert shape.run_history({"question": "q", "history": [{"x": 1, "y": 2}]}) == []  # not ask/answer records
+    assert shape.run_history({"question": "q", "history": "messages=[{'question': "}) == []  # cut short
+    assert shape.run_history({"question": "q", "history": "messages=__import__('os')"}) == []  # never evaluated
     assert shape.plain_text({"trajectory": {"t": "x"}, "reasoning": "r", "answer": "the answer"}) == "the answer"
 
 
