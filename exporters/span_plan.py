@@ -367,7 +367,7 @@ def plan_sweep(sweep: SweepResult, evidence: Sequence[ScenarioEvidence], agent: 
                  for i, r in enumerate(sweep.scenarios)]
     failed = [s for s in sweep.scenarios if s.verdict not in (*GREEN, "UNREVIEWED")]
     # nobody confirmed what an unreviewed scenario checks: the sweep is not failed by it, but never "passed"
-    unreviewed = [s for s in sweep.scenarios if s not in failed and (s.verdict == "UNREVIEWED" or not s.reviewed)]
+    unreviewed = [s for s in sweep.scenarios if s.verdict == "UNREVIEWED" or (s.verdict in GREEN and not s.reviewed)]
     passed = sweep.ok and not unreviewed
     attrs: dict[str, AttrValue] = {"wt.sweep.id": sweep.sweep_id, "wt.sweep.passed": passed,
                                    "wt.sweep.scenarios": len(sweep.scenarios), "wt.sweep.failed": len(failed),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wt_otel.contracts.run import McpCall, Trace, load_trace
-from wt_otel.contracts.universe import Universe
+from wt_otel.contracts.universe import POLICIES, Universe
 from wt_otel.model.parts import canonical_json
 
 PROMPT_CHANGED, NEW_PATH, TOOL_CALL_CHANGED, REINTRODUCED = (
@@ -80,8 +80,8 @@ def explain_tool_miss(tool: str, args: Mapping[str, Any], universe: Universe | N
 def explain_tool_misses(calls: Iterable[McpCall], universe: Universe | None) -> None:
     """Add the explanation to each missed call's `extra.divergence`, in place."""
     for call in calls:
-        divergence = (call.extra or {}).get("divergence")
-        if isinstance(divergence, dict) and "kind" not in divergence:
+        divergence = call.divergence
+        if divergence is not None and "kind" not in divergence:
             divergence.update(explain_tool_miss(call.tool_name, call.args, universe))
 
 
@@ -117,8 +117,8 @@ def tool_misses(scenario_id: str, universe_path: Path | None, traces: Sequence[T
         if trace.perturbation:
             continue
         for call in trace.mcp_calls:
-            divergence = (call.extra or {}).get("divergence")
-            if not divergence or call.match not in ("fail_call", "empty", "synthesize", "nearest"):
+            divergence = call.divergence
+            if not divergence or call.match not in POLICIES:
                 continue
             key = (call.tool_name, canonical_json(call.args))
             if key in seen:

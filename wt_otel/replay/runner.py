@@ -374,9 +374,9 @@ def _exported(servers: ScenarioServers, runtime: Runtime | None = None) -> Itera
     in the environment, an `http_inject` endpoint in every `/wt/reset` body (the ports are free ones)."""
     values = {ENV_UNIVERSE_URL: servers.universe_url, ENV_LLM_BASE_URL: servers.llm_url}
     saved = {k: os.environ.get(k) for k in values}
-    urls = getattr(runtime, "replay_urls", None)
-    saved_urls = dict(urls) if isinstance(urls, dict) else None
-    if isinstance(urls, dict):
+    urls: dict[str, str] | None = getattr(runtime, "replay_urls", None)  # an http_inject runtime's
+    saved_urls = dict(urls or {})
+    if urls is not None:
         urls.clear()
         urls.update(replay_urls(servers))
     for key, value in values.items():
@@ -392,7 +392,7 @@ def _exported(servers: ScenarioServers, runtime: Runtime | None = None) -> Itera
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        if isinstance(urls, dict) and saved_urls is not None:
+        if urls is not None:
             urls.clear()
             urls.update(saved_urls)
 

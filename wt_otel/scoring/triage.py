@@ -38,11 +38,6 @@ WHO_ACTS = {
 }
 
 
-def diverged(trace: Trace) -> bool:
-    """The run asked something the recording did not hold (tool or model)."""
-    return any(c.divergence for c in trace.mcp_calls) or any(c.match == "miss" for c in trace.llm_calls)
-
-
 def triage(verdict: str, traces: Sequence[Trace], scores: Sequence[RunScore]) -> str | None:
     """The category of a scenario's verdict over its runs, or None for a pass."""
     if verdict in ("PASS", "PASS_WITH_VARIANCE"):

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,6 +165,23 @@ def test_reset_ends_the_run_written_within_budget_dropped_over_it(tmp_path, prov
     second = reset()["ended"]
     assert not second["written"] and "--max-llm-calls 1" in second["stopped_by"]
     assert out.read_bytes() == written
+
+
+def test_a_cassette_changed_under_the_recorder_into_a_bad_one_is_not_overwritten(tmp_path, provider, proxies):
+    """The file is re-read at commit: one that another writer broke meanwhile is refused (500 at /wt/reset,
+    the run not written) and left exactly as that writer left it."""
+    out = tmp_path / "c.json"
+    proxy = proxies(RecordingProxy(provider.url, out, port=0))
+    ask(proxy)
+    out.write_text('{"wt_cassette": 1, "traces": "not a map"}\n')
+    broken = out.read_bytes()
+    request = urllib.request.Request(proxy.base_url.removesuffix("/v1") + "/wt/reset", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 500
+    body = json.loads(refused.value.read())
+    assert body["ok"] is False and "the run was not written" in body["error"]
+    assert out.read_bytes() == broken
 
 
 def test_cli_cassette_record_says_which_budget_stopped_it_and_exits_1(tmp_path, provider):
