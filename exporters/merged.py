@@ -107,9 +107,9 @@ class MergedView:
         """Every session of every dir (its latest revision there), dir by dir in the order given."""
         return [Located(store.root, stored) for store in self.stores for stored in store.list()]
 
-    def splits(self, located: Sequence[Located] | None = None, *, content: bool = True) -> builtins.list[Split]:
+    def splits(self, *, content: bool = True) -> builtins.list[Split]:
         """The conversations split across dirs (the module docstring); each session is in at most one Split."""
-        parts = list(self.list() if located is None else located)
+        parts = self.list()
         union = TraceUnion()  # over the sessions' places in `parts`, as text
         evidence: dict[tuple[int, int], list[str]] = {}  # (session, session) in different dirs -> why
 

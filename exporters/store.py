@@ -172,10 +172,9 @@ class SessionStore:
             raise ValueError(f"session {stored.slug}: {path} is not a JSON object")
         return data
 
-    def envelopes(self, sessions: Iterable[StoredSession] | None = None
-                  ) -> Iterable[tuple[StoredSession, dict[str, Any] | None, str | None]]:
-        """(session, envelope, None) for each, or (session, None, why) for one that cannot be read back."""
-        for stored in self.list() if sessions is None else sessions:
+    def envelopes(self) -> Iterable[tuple[StoredSession, dict[str, Any] | None, str | None]]:
+        """(session, envelope, None) for each session, or (session, None, why) for one that cannot be read back."""
+        for stored in self.list():
             try:
                 yield stored, self.envelope(stored), None
             except ValueError as e:

@@ -15,14 +15,14 @@ from typing import TextIO
 
 from wt_otel.serve.logs import _MARK
 
-OURS = ("wt_otel", "wt_otel.")
+
+def _ours(record: logging.LogRecord) -> bool:
+    """A record of wt-otel's own loggers (`wt_otel`, `wt_otel.*`), not a library's."""
+    return record.name == "wt_otel" or record.name.startswith("wt_otel.")
 
 
 class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever `sys.stderr` is at the time (a test runner swaps it), never a closed stream."""
-
-    def __init__(self) -> None:
-        super().__init__()
 
     @property
     def stream(self) -> TextIO:
@@ -41,7 +41,7 @@ class CliFilter(logging.Filter):
         self.verbosity = verbosity
 
     def filter(self, record: logging.LogRecord) -> bool:
-        ours = record.name == "wt_otel" or record.name.startswith(OURS)
+        ours = _ours(record)
         if self.verbosity >= 2:
             return True
         if self.verbosity == 1:
@@ -58,8 +58,7 @@ class CliFormatter(logging.Formatter):
         self.verbosity = verbosity
 
     def format(self, record: logging.LogRecord) -> str:
-        ours = record.name == "wt_otel" or record.name.startswith(OURS)
-        where = "" if ours else f"{record.name}: "
+        where = "" if _ours(record) else f"{record.name}: "
         line = f"{record.levelname.lower()}: {where}{record.getMessage()}"
         if record.exc_info and record.exc_info[1] is not None:
             if self.verbosity >= 2:

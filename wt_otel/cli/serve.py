@@ -178,10 +178,7 @@ def flag(ctx: click.Context, session: str, ref: str | None, data_dir: Path, no_q
     try:
         store = load_component("exporters", "sessions")(data_dir)
         outcome = store.flag(session, ref)
-    except FileNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
-    except ValueError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no data dir (NotADataDir), no such session
         click.echo(f"error: {exc}", err=True)
         ctx.exit(2)
     except OSError as exc:

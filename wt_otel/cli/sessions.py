@@ -13,6 +13,11 @@ def sessions() -> None:
     """Sessions in a data dir (what `wt-otel serve` wrote): list them, render those kept for later."""
 
 
+def _distinct(data_dirs: tuple[Path, ...]) -> list[Path]:
+    """The --data-dir values ([wt-data]), a dir named twice (by any path) once."""
+    return list({d.resolve(): d for d in data_dirs or (Path("wt-data"),)}.values())
+
+
 @sessions.command("render")
 @click.argument("names", nargs=-1, metavar="KEY|SLUG...")
 @click.option("--all", "all_", is_flag=True, help="Every session kept for later (not rendered yet).")
@@ -45,7 +50,7 @@ def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dirs: tu
     if bool(names) == all_:
         click.echo("error: name sessions (KEY or SLUG) or pass --all, not both or neither", err=True)
         ctx.exit(2)
-    dirs = list({d.resolve(): d for d in data_dirs or (Path("wt-data"),)}.values())
+    dirs = _distinct(data_dirs)
     try:
         kept = [load_component("exporters", "sessions")(d) for d in dirs]
     except FileNotFoundError as exc:
@@ -59,7 +64,7 @@ def render(ctx: click.Context, names: tuple[str, ...], all_: bool, data_dirs: tu
             except (OSError, RuntimeError) as exc:
                 click.echo(f"error: {exc} (stop `wt-otel serve` on it first)", err=True)
                 ctx.exit(1)
-        failed = total = 0
+        failed = 0
         targets = []
         if all_:
             targets = [(store, key) for store in stores for key in store.unrendered()]
@@ -133,7 +138,7 @@ def list_(ctx: click.Context, data_dirs: tuple[Path, ...], flagged: bool, index_
 
     from wt_otel.components import load as load_component
 
-    dirs = list({d.resolve(): d for d in data_dirs or (Path("wt-data"),)}.values())  # a dir named twice: once
+    dirs = _distinct(data_dirs)
     store_cls = load_component("exporters", "sessions")
     try:
         view = store_cls.merged(dirs)
@@ -142,7 +147,7 @@ def list_(ctx: click.Context, data_dirs: tuple[Path, ...], flagged: bool, index_
         ctx.exit(2)
     shown = [p for p in view.list() if p.stored.flagged or not flagged]
     several = len(dirs) > 1
-    splits = view.splits(view.list(), content=not index_only) if several else []
+    splits = view.splits(content=not index_only) if several else []
     for problem in view.problems if several else view.stores[0].problems:
         click.echo(f"warning: {problem}", err=True)
     if fmt == "json":
