@@ -64,15 +64,7 @@ def tune_for_serve() -> None:
 
 def pin_mmap_threshold() -> bool:
     """True when glibc took the setting; False when this is not glibc (nothing changed)."""
-    import ctypes  # here, not at the top: the importer uses this module's GC settings only
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
-    except OSError:
-        mallopt = None
+    mallopt = _libc("mallopt")
     if mallopt is None:
         log.debug("no mallopt (not glibc): the allocator's thresholds stay as they are")
         return False
@@ -130,12 +122,17 @@ class MemoryReturn:
 
 def _malloc_trim():
     """glibc's `malloc_trim`, or None (not glibc)."""
-    import ctypes
+    return _libc("malloc_trim")
+
+
+def _libc(symbol: str):
+    """The C library's function `symbol`, or None (no such function: not glibc)."""
+    import ctypes  # here, not at the top: the importer uses this module's GC settings only
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+        return getattr(ctypes.CDLL(name), symbol, None) if name else None
     except OSError:
         return None
 

@@ -118,21 +118,20 @@ class Pipeline:
     def backlog_seconds(self) -> float:
         """How far behind the worker is: the wait of the oldest queued batch, or the time to write the
         sessions waiting in the assembler, whichever is more."""
-        try:
-            waited = time.monotonic() - self._enqueued[0]  # read without the lock: the worker may pop it
-        except IndexError:
-            waited = 0.0
-        return max(waited, self._writer_lag())
+        return max(self._oldest_wait(), self._writer_lag())
 
     @property
     def predicted_backlog(self) -> float:
         """The writer's work now, in seconds: what it has (`writer_lag`) and what is queued at its predicted cost,
         or the oldest queued batch's wait if that is more."""
+        return max(self._oldest_wait(), self._writer_lag() + self._queued_cost)
+
+    def _oldest_wait(self) -> float:
+        """How long the oldest queued batch has waited (0: none queued)."""
         try:
-            waited = time.monotonic() - self._enqueued[0]
+            return time.monotonic() - self._enqueued[0]  # read without the lock: the worker may pop it
         except IndexError:
-            waited = 0.0
-        return max(waited, self._writer_lag() + self._queued_cost)
+            return 0.0
 
     def precheck(self, estimated_bytes: int, client: str | None = None) -> tuple[PipelineAdmission, str]:
         """Before decoding a request of ~`estimated_bytes` decoded: refuse it now if it cannot be admitted
@@ -152,9 +151,9 @@ class Pipeline:
     def admit(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`offer`, with the reason for a refusal (for the client's error message)."""
         with self._lock:
-            verdict, reason, nbytes = self._decide_locked(records, client)
+            verdict, reason, nbytes, cost = self._decide_locked(records, client)
             if verdict is PipelineAdmission.ACCEPTED:
-                self._enqueue_locked(records, nbytes, -1, self._cost(records))
+                self._enqueue_locked(records, nbytes, -1, cost)
         return verdict, reason
 
     # Durable ingest (wt_otel.serve.segments): check, make the request durable, then `put` it regardless of the
@@ -163,7 +162,7 @@ class Pipeline:
     def check(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> tuple[PipelineAdmission, str]:
         """`admit`'s verdict without queuing anything."""
         with self._lock:
-            verdict, reason, _ = self._decide_locked(records, client)
+            verdict, reason, _, _ = self._decide_locked(records, client)
         return verdict, reason
 
     def put(self, records: Sequence[Record | SpanRefs], position: int) -> bool:
@@ -181,15 +180,16 @@ class Pipeline:
         return self._write_cost(len({getattr(r, "trace_id", None) for r in records} - {None}))
 
     def _decide_locked(self, records: Sequence[Record | SpanRefs],
-                       client: str | None) -> tuple[PipelineAdmission, str, int]:
-        """(verdict, reason for a refusal, estimated bytes) of the admission control, under `_lock`."""
+                       client: str | None) -> tuple[PipelineAdmission, str, int, float]:
+        """(verdict, reason for a refusal, estimated bytes, predicted seconds of writing) of the admission
+        control, under `_lock`."""
         if self._closed:
-            return PipelineAdmission.CLOSED, "wt-otel is shutting down", 0
+            return PipelineAdmission.CLOSED, "wt-otel is shutting down", 0, 0.0
         decision = self.admission.check(records, self._queued_bytes, self._queued, client,
                                         self.predicted_backlog, self._write_cost)
         if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason, 0
-        return PipelineAdmission.ACCEPTED, "", decision.nbytes
+            return _VERDICTS[decision.verdict], decision.reason, 0, 0.0
+        return PipelineAdmission.ACCEPTED, "", decision.nbytes, decision.cost
 
     def _enqueue_locked(self, records: Sequence[Record | SpanRefs], nbytes: int, position: int,
                         cost: float = 0.0) -> None:

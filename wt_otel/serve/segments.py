@@ -845,11 +845,14 @@ def _repair_tail(path: Path) -> tuple[int, str, list[tuple[int, int, int]]]:
 
 def _checked(data: bytes) -> bytes | None:
     """The message of a format-2 frame (`data`: what its length covers) when its checksum matches, else None."""
-    if len(data) < TRAILER or data[-TRAILER:-4] != _CRC_TAG:
-        return None
-    if zlib.crc32(memoryview(data)[:-TRAILER]) != int.from_bytes(data[-4:], "little"):
-        return None
-    return data[:-TRAILER]
+    return data[:-TRAILER] if _crc_ok(memoryview(data)) else None
+
+
+def _crc_ok(frame: memoryview) -> bool:
+    """Whether a format-2 frame's bytes (what its length covers) end in the CRC tag and a matching checksum."""
+    if len(frame) < TRAILER or frame[-TRAILER:-4] != _CRC_TAG:
+        return False  # the tag check first: a checksum is computed only where a frame can end
+    return zlib.crc32(frame[:-TRAILER]) == int.from_bytes(frame[-4:], "little")
 
 
 def _frame_at(buf: bytes, at: int) -> int | None:
@@ -857,11 +860,9 @@ def _frame_at(buf: bytes, at: int) -> int | None:
     if at + 4 > len(buf):
         return None
     n = int.from_bytes(buf[at:at + 4], "big")
-    end = at + 4 + n
-    if n < TRAILER or n > MAX_FRAME + TRAILER or end > len(buf) or buf[end - TRAILER:end - 4] != _CRC_TAG:
-        return None  # the tag check first: a checksum is computed only where a frame can end
-    return n if zlib.crc32(memoryview(buf)[at + 4:end - TRAILER]) == int.from_bytes(buf[end - 4:end], "little") \
-        else None
+    if n > MAX_FRAME + TRAILER or at + 4 + n > len(buf):
+        return None
+    return n if _crc_ok(memoryview(buf)[at + 4:at + 4 + n]) else None
 
 
 def _walk_checked(buf: bytes) -> tuple[list[int], list[tuple[int, int]], int]:

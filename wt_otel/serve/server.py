@@ -182,9 +182,12 @@ class SessionPipeline:
     def _flag_requested(self) -> None:
         """`wt-otel flag` while serve runs: the store flags what it asked for (each tick), and each session it
         built goes through the stages after the store (auto-replay), as a session flagged on arrival would."""
+        requests = self.store.take_flag_requests()
+        if not requests:
+            return
         after = next((n + 1 for n, (_, stage) in enumerate(self.session_stages) if stage is not None
                       and getattr(stage, "store", None) is self.store), len(self.session_stages))
-        for session, written in self.store.take_flag_requests():
+        for session, written in requests:
             self._run_stages(CompletedSession(session, [], written=written), start=after)
 
     def _store_health(self, reason: str | None) -> None:

@@ -9,6 +9,7 @@ index's path, sessions kept by reference).
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def requests(key: str) -> list[bytes | str]:
     return [encode_spans([span]) for span in exporter.get_finished_spans()]
 
 
+def _post(server: Server, request, encoding: str) -> None:
+    """One export request to serve, as OTLP/JSON or protobuf."""
+    if encoding == "json":
+        body, kind = json.dumps(to_otlp_json(request)).encode(), "application/json"
+    else:
+        body, kind = request.SerializeToString(), "application/x-protobuf"
+    req = urllib.request.Request(server.http_url + "/v1/traces", data=body, headers={"Content-Type": kind})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
 @pytest.mark.parametrize("encoding", ["json", "protobuf"])
 @pytest.mark.parametrize("key", ["session.id", "langfuse.session.id"])
 def test_a_thumbs_down_keyed_by_the_session_id_alone_flags_the_session(tmp_path: Path, key: str,
@@ -53,13 +65,7 @@ def test_a_thumbs_down_keyed_by_the_session_id_alone_flags_the_session(tmp_path:
     server = Server(config, quiet=True).start()
     try:
         for request in requests(key):
-            if encoding == "json":
-                body, kind = json.dumps(to_otlp_json(request)).encode(), "application/json"
-            else:
-                body, kind = request.SerializeToString(), "application/x-protobuf"
-            req = urllib.request.Request(server.http_url + "/v1/traces", data=body, headers={"Content-Type": kind})
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                assert resp.status == 200
+            _post(server, request, encoding)
     finally:
         server.stop()
     [entry] = read_index(tmp_path).latest().values()
@@ -71,32 +77,21 @@ def test_a_thumbs_down_keyed_by_the_session_id_alone_flags_the_session(tmp_path:
 @pytest.mark.parametrize("encoding", ["json", "protobuf"])
 def test_a_thumbs_down_after_the_session_was_written_flags_its_next_revision(tmp_path: Path, encoding: str) -> None:
     """The usual order: the answer, the session written (kept by reference), then the user's thumbs-down."""
-    import time
-
     config = load_serve_config(None, {"data_dir": str(tmp_path), "receivers.grpc_endpoint": "none",
                                       "receivers.http_endpoint": "127.0.0.1:0", "datadir.workers": 0,
                                       "assembler.idle_timeout": 0.3, "assembler.grace": 0.1})
     server = Server(config, quiet=True).start()
     *session, feedback = requests("session.id")
     try:
-        def post(request) -> None:
-            if encoding == "json":
-                body, kind = json.dumps(to_otlp_json(request)).encode(), "application/json"
-            else:
-                body, kind = request.SerializeToString(), "application/x-protobuf"
-            req = urllib.request.Request(server.http_url + "/v1/traces", data=body, headers={"Content-Type": kind})
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                assert resp.status == 200
-
         for request in session:
-            post(request)
+            _post(server, request, encoding)
         deadline = time.monotonic() + 10
         while not read_index(tmp_path).latest():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         [first] = read_index(tmp_path).latest().values()
         assert first["flagged"] is False
-        post(feedback)
+        _post(server, feedback, encoding)
         while not next(iter(read_index(tmp_path).latest().values()))["flagged"]:
             assert time.monotonic() < deadline + 10
             time.sleep(0.05)

@@ -14,41 +14,14 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Pipeline
-from wt_otel.serve.receivers import ReceiversConfig, start_receivers
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.records = 0
-
-    def consume(self, records, now) -> None:
-        self.records += len(records)
-
-    def tick(self, now) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+from tests.support.receivers import HttpReceivers, slow_body
 
 
 @pytest.fixture
 def receiver():
-    made = []
-
-    def make(**kw):
-        sink, metrics = _Sink(), Metrics()
-        pipeline = Pipeline(sink, metrics).start()
-        config = ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0", **kw)
-        receivers = start_receivers(config, pipeline, metrics)
-        made.append((receivers, pipeline))
-        return receivers, sink, metrics
-
-    yield make
-    for receivers, pipeline in made:
-        receivers.stop(grace=1)
-        pipeline.stop()
+    made = HttpReceivers()
+    yield made.start
+    made.stop()
 
 
 def _idle_flood(port: int, n: int, addresses: int) -> list[socket.socket]:
@@ -154,18 +127,10 @@ def test_a_new_connection_from_a_full_address_replaces_its_oldest_idle_one(recei
             s.close()
 
 
-def _slow_body(port: int) -> socket.socket:
-    """Busy with a request: headers sent, the body trickling."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-              b"Content-Length: 1000\r\n\r\nx")
-    return s
-
-
 def test_with_every_connection_busy_healthz_is_still_answered_and_exports_get_503(receiver):
     receivers, _, metrics = receiver(http_max_connections=4, http_read_timeout=5)
     port = receivers.http_port
-    busy = [_slow_body(port) for _ in range(4)]
+    busy = [slow_body(port) for _ in range(4)]
     try:
         time.sleep(0.2)
         code, took = _healthz(port)

@@ -12,40 +12,14 @@ import urllib.request
 import pytest
 
 from tests.support.hostile import genai_session, tid, to_request
-from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Pipeline
-from wt_otel.serve.receivers import ReceiversConfig, start_receivers
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.records = 0
-
-    def consume(self, records, now) -> None:
-        self.records += len(records)
-
-    def tick(self, now) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+from tests.support.receivers import HttpReceivers, slow_body
 
 
 @pytest.fixture
 def receiver():
-    made = []
-
-    def make(**kw):
-        pipeline = Pipeline(_Sink()).start()
-        config = ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0", **kw)
-        receivers = start_receivers(config, pipeline, Metrics())
-        made.append((receivers, pipeline))
-        return receivers
-
-    yield make
-    for receivers, pipeline in made:
-        receivers.stop(grace=1)
-        pipeline.stop()
+    made = HttpReceivers()
+    yield lambda **config: made.start(**config)[0]
+    made.stop()
 
 
 def _export(port: int, timeout: float = 10) -> int:
@@ -59,17 +33,9 @@ def _export(port: int, timeout: float = 10) -> int:
         return e.code
 
 
-def _slow(port: int, length: int = 1000) -> socket.socket:
-    """A client that sends its headers and one byte of a 1000-byte body, then stalls."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-              b"Content-Length: %d\r\n\r\nx" % length)
-    return s
-
-
 def test_slow_bodies_do_not_hold_the_export_slots(receiver):
     receivers = receiver(http_read_timeout=1.5)
-    slow = [_slow(receivers.http_port) for _ in range(40)]  # more than the 32 export slots
+    slow = [slow_body(receivers.http_port) for _ in range(40)]  # more than the 32 export slots
     try:
         time.sleep(0.2)  # every slow request is past its headers, reading its body
         assert _export(receivers.http_port) == 200  # was 429: every slot held by a trickling body
@@ -123,7 +89,7 @@ def test_many_simultaneous_connections_are_all_answered(receiver):
 
 def test_connections_beyond_the_limit_get_503_at_once(receiver):
     receivers = receiver(http_max_connections_per_client=4, http_read_timeout=5)
-    held = [_slow(receivers.http_port) for _ in range(4)]
+    held = [slow_body(receivers.http_port) for _ in range(4)]
     try:
         time.sleep(0.1)
         s = socket.create_connection(("127.0.0.1", receivers.http_port), timeout=10)

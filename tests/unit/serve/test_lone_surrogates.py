@@ -6,10 +6,12 @@ that fails for an unforeseen reason is set aside alone. Real server, real HTTP; 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 from click.testing import CliRunner
 
@@ -18,6 +20,8 @@ from wt_otel.cli import main
 from wt_otel.exporters.datadir import read_index
 from wt_otel.ingest import otlp_encode
 from wt_otel.serve.config import AssemblerConfig, DataDirConfig, ReceiversConfig, ServeConfig
+from wt_otel.serve.metrics import Metrics
+from wt_otel.serve.receivers.common import Signal, _set_aside
 from wt_otel.serve.server import Server
 
 CUT = "\\ud83d"  # as JSON text: the escape of a high surrogate with no low one after it
@@ -120,6 +124,17 @@ def test_one_record_that_cannot_be_encoded_is_set_aside_not_the_request(tmp_path
     [aside] = (server.config.data_dir / "quarantine").iterdir()
     assert "an encoder bug" in (aside / "reason.txt").read_text()
     assert "poison" in (aside / "records.ndjson").read_text()
+
+
+def test_records_set_aside_where_the_quarantine_cannot_be_written_are_still_counted_and_said(tmp_path, caplog):
+    """Setting aside is the last resort: a quarantine that cannot be written costs the copy, never an exception."""
+    (tmp_path / "quarantine").write_text("a file where the folder goes")
+    pipeline = SimpleNamespace(segments=SimpleNamespace(dir=tmp_path / "segments"))
+    metrics = Metrics()
+    with caplog.at_level(logging.ERROR, logger="wt_otel.serve.receivers"):
+        _set_aside(Signal.TRACES, [({"name": "poison"}, "span 01", "an encoder bug")], pipeline, metrics)
+    assert metrics.get("wt_otel_records_rejected_total", reason="quarantined") == 1
+    assert "1 traces record(s) set aside (cannot write" in caplog.text and "span 01: an encoder bug" in caplog.text
 
 
 def test_import_writes_every_session_of_a_line_with_a_lone_surrogate(tmp_path):

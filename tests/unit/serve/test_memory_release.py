@@ -14,12 +14,11 @@ import zlib
 import pytest
 
 from tests.support.hostile import genai_session, tid, to_request
+from tests.support.receivers import HttpReceivers
 from wt_otel.components import CompletedSession
 from wt_otel.exporters.datadir import read_index
 from wt_otel.serve.config import AssemblerConfig, DataDirConfig, ServeConfig
-from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import Pipeline
-from wt_otel.serve.receivers import ReceiversConfig, start_receivers
+from wt_otel.serve.receivers import ReceiversConfig
 from wt_otel.serve.receivers.common import TooLarge, decompress_capped
 from wt_otel.serve.server import Server
 
@@ -60,9 +59,8 @@ def test_a_gzip_bomb_is_cut_at_the_cap_while_inflating(trailer):
 
 
 def test_over_http_the_bomb_gets_413_naming_the_setting():
-    pipeline = Pipeline(_Sink()).start()
-    receivers = start_receivers(ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0",
-                                                max_message_bytes=CAP, max_decompressed_bytes=CAP), pipeline, Metrics())
+    made = HttpReceivers()
+    receivers, _, _ = made.start(max_message_bytes=CAP, max_decompressed_bytes=CAP)
     try:
         req = urllib.request.Request(f"http://127.0.0.1:{receivers.http_port}/v1/traces", data=BOMB,
                                      headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
@@ -70,8 +68,7 @@ def test_over_http_the_bomb_gets_413_naming_the_setting():
             urllib.request.urlopen(req, timeout=10)
         assert info.value.code == 413 and b"max_decompressed_bytes" in info.value.read()
     finally:
-        receivers.stop(grace=1)
-        pipeline.stop()
+        made.stop()
 
 
 def test_a_session_written_by_a_render_worker_is_freed_without_the_cycle_collector(tmp_path):
@@ -104,14 +101,3 @@ def test_a_session_written_by_a_render_worker_is_freed_without_the_cycle_collect
         gc.enable()
         server.stop()
     assert cyclic == []
-
-
-class _Sink:
-    def consume(self, records, now) -> None:
-        pass
-
-    def tick(self, now) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

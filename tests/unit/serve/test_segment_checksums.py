@@ -89,3 +89,20 @@ def test_a_format_1_segment_is_read_as_before(tmp_path):
         assert read_entry(directory, (1 << 41) | 0) == REQUESTS[0]
     finally:
         log.close()
+
+
+def test_a_whole_last_frame_that_fails_its_checksum_is_cut_and_called_damage(tmp_path):
+    path, positions = _written(tmp_path)
+    last = split(positions[3])[2]
+    raw = bytearray(path.read_bytes())
+    raw[last + 10] ^= 0xFF  # written whole (its length covers the rest of the file), then damaged on disk
+    path.write_bytes(bytes(raw))
+    replayed, recovery, log = _replayed(tmp_path)
+    try:
+        assert replayed == REQUESTS[:3] and path.stat().st_size == last
+        [said] = [note for note in recovery if path.name in note]
+        assert f"cut {len(raw) - last} bytes of a last frame that does not match its checksum" in said, said
+        assert "never acknowledged" not in said
+        assert log.metrics.get("wt_otel_segment_corrupt_frames_total") == 0
+    finally:
+        log.close()

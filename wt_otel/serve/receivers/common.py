@@ -139,11 +139,9 @@ def decode(signal: Signal, body: bytes | Message, encoding: Encoding) -> Decoded
     quarantined: list[tuple[object, str, str]] = []
     if signal is Signal.TRACES:
         spans = _parse_spans(body, encoding, quarantined)
-        decoded = _validated(spans, _span_problem, "spans", quarantined)
-    else:
-        logs = _parse_logs(body, encoding, quarantined)
-        decoded = _validated(logs, _log_problem, "log records", quarantined)
-    return decoded
+        return _validated(spans, _span_problem, "spans", quarantined)
+    logs = _parse_logs(body, encoding, quarantined)
+    return _validated(logs, _log_problem, "log records", quarantined)
 
 
 def _parse_spans(body: bytes | Message, encoding: Encoding,
