@@ -6,12 +6,15 @@ distribution, wire every pipeline to defined components, and point at wt-otel's 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.paths import ROOT
+from wt_otel.ingest.dialects.common import conversation_id
+from wt_otel.ingest.keys import CONVERSATION_KEYS
 from wt_otel.serve.receivers.config import ReceiversConfig
 
 CONFIG_DIR = ROOT / "collector-config"
@@ -73,7 +76,7 @@ CONTRIB_COMPONENTS = {
     },
 }
 SECTIONS = tuple(CONTRIB_COMPONENTS)
-WT_OTEL_GRPC_PORT = int(ReceiversConfig().grpc_endpoint.rsplit(":", 1)[1])  # serve's default
+WT_OTEL_GRPC_PORT = int((ReceiversConfig().grpc_endpoint or "").rsplit(":", 1)[1])  # serve's default
 
 
 def load(path: Path) -> dict:
@@ -135,13 +138,97 @@ def test_otelcol_shows_how_to_keep_only_genai_traffic():
         assert needle in text
 
 
-def test_loadbalancing_routes_by_trace_id_to_wt_otel_instances():
-    config = load(CONFIG_DIR / "otelcol-loadbalancing.yaml")
+LB_CONFIG = CONFIG_DIR / "otelcol-loadbalancing.yaml"
+ROUTE_ATTR = "wt.routing_key"
+_SET = re.compile(r'set\(attributes\["wt\.routing_key"\], Concat\(\["(conv|trace)", (.+?)\], ":"\)\)(?: where (.*))?$')
+_CONV_SOURCE = re.compile(r'attributes\["([^"]+)"\]$')
+_ZERO_TRACE_ID = "TraceID(0x" + "0" * 32 + ")"
+
+
+def route_statements(config: dict, signal: str) -> list[str]:
+    """The `transform/routing_key` statements for one signal (`trace` or `log`), in the order they run."""
+    groups = config["processors"]["transform/routing_key"][f"{signal}_statements"]
+    assert {g["context"] for g in groups} == {"span" if signal == "trace" else "log"}
+    return [s for g in groups for s in g["statements"]]
+
+
+def route_key(statements: list[str], attrs: dict, trace_id: str) -> str | None:
+    """What `wt.routing_key` the statements leave on a record: an evaluator of exactly the OTTL shapes the
+    config uses (delete_key, then guarded `set ... Concat`), so a statement of any other shape fails here."""
+    attrs = dict(attrs)
+    for stmt in statements:
+        if stmt == f'delete_key(attributes, "{ROUTE_ATTR}")':
+            attrs.pop(ROUTE_ATTR, None)
+            continue
+        m = _SET.match(stmt)
+        assert m, f"statement of an unexpected shape: {stmt}"
+        prefix, source, where = m.groups()
+        conditions = (where or "").split(" and ") if where else []
+        assert conditions and conditions[0] == f'attributes["{ROUTE_ATTR}"] == nil', stmt  # first one wins
+        if prefix == "conv":
+            key = _CONV_SOURCE.match(source)
+            assert key, stmt
+            k = key.group(1)
+            assert conditions[1:] == [f'attributes["{k}"] != nil', f'attributes["{k}"] != ""'], stmt
+            value = attrs.get(k)
+            if ROUTE_ATTR not in attrs and value is not None and value != "":
+                attrs[ROUTE_ATTR] = f"conv:{value}"
+        else:
+            assert source == "trace_id.string", stmt
+            assert conditions[1:] in ([], [f"trace_id != {_ZERO_TRACE_ID}"]), stmt
+            if ROUTE_ATTR not in attrs and (trace_id.strip("0") or not conditions[1:]):
+                attrs[ROUTE_ATTR] = f"trace:{trace_id}"
+    return attrs.get(ROUTE_ATTR)
+
+
+def test_loadbalancing_routes_on_one_key_to_wt_otel_instances():
+    """`routing_attributes` is a composite key (every listed attribute, missing ones hashed as empty), so
+    the config routes on one attribute that it writes itself, for traces and logs alike."""
+    config = load(LB_CONFIG)
     lb = config["exporters"]["loadbalancing"]
-    assert lb["routing_key"] == "traceID"
+    assert lb["routing_key"] == "attributes"
+    assert lb["routing_attributes"] == [ROUTE_ATTR]
     assert lb["protocol"]["otlp"]["tls"]["insecure"] is True
     hosts = lb["resolver"]["static"]["hostnames"]
     assert len(hosts) >= 2 and all(h.rsplit(":", 1)[1] == str(WT_OTEL_GRPC_PORT) for h in hosts)
     for signal in ("traces", "logs"):
-        assert config["service"]["pipelines"][signal]["exporters"] == ["loadbalancing"]
-    assert "sessions.ndjsonl" in (CONFIG_DIR / "otelcol-loadbalancing.yaml").read_text()
+        pipeline = config["service"]["pipelines"][signal]
+        assert pipeline["exporters"] == ["loadbalancing"]
+        assert "transform/routing_key" in pipeline["processors"]
+        assert config["processors"]["transform/routing_key"]["error_mode"] == "ignore"
+    assert "sessions.ndjsonl" in LB_CONFIG.read_text()
+
+
+@pytest.mark.parametrize("signal", ["trace", "log"])
+def test_routing_key_is_the_conversation_id_wt_otel_reads_else_the_trace_id(signal):
+    statements = route_statements(load(LB_CONFIG), signal)
+    sets = [m.groups() for s in statements if (m := _SET.match(s))]
+    conv_sources = [source for prefix, source, _ in sets if prefix == "conv"]
+    assert conv_sources == [f'attributes["{k}"]' for k in CONVERSATION_KEYS], "every conversation key, in precedence"
+    assert sets[-1][:2] == ("trace", "trace_id.string"), "the trace id last, as the fall-back"
+    tid = "0af7651916cd43dd8448eb211c80319c"
+    cases: list[dict[str, object]] = [
+        {},
+        {"gen_ai.conversation.id": "c-1"},
+        {"session.id": "c-1"},
+        {"session.id": "c-1", "gen_ai.conversation.id": "c-2"},  # precedence, as wt-otel reads it
+        {"gen_ai.conversation.id": "", "thread.id": "t-9"},  # an empty value is no id
+        {"openai_agents.group_id": 42},
+        {ROUTE_ATTR: "spoofed"},  # a producer's own value never steers
+        {ROUTE_ATTR: "spoofed", "langfuse.session.id": "l-3", "http.route": "/chat"},
+    ]
+    cases.extend({k: f"id-{i}"} for i, k in enumerate(CONVERSATION_KEYS))
+    for attrs in cases:
+        conv = conversation_id({k: v for k, v in attrs.items() if k != ROUTE_ATTR})
+        expected = f"conv:{conv}" if conv else f"trace:{tid}"
+        assert route_key(statements, attrs, tid) == expected, attrs
+    # records of one conversation route alike whichever key carries the id; traces without one by trace id
+    assert route_key(statements, {"session.id": "s"}, tid) == route_key(statements, {"thread.id": "s"}, "f" * 32)
+    assert route_key(statements, {}, tid) != route_key(statements, {}, "f" * 32)
+
+
+def test_log_records_without_a_trace_id_get_no_trace_key():
+    """wt-otel drops log records without a trace id; the all-zero id must not become one shared key."""
+    statements = route_statements(load(LB_CONFIG), "log")
+    assert route_key(statements, {}, "0" * 32) is None
+    assert route_key(statements, {"session.id": "s"}, "0" * 32) == "conv:s"
