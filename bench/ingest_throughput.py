@@ -202,13 +202,31 @@ class RssSampler:
             self.samples.append(rss)
             self._stop.wait(1.0)
 
-    def _cpu(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+    def _cpu(self, pid: int | None = None) -> float:
+        fields = Path(f"/proc/{pid or self.pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def _tree(self) -> dict[int, tuple[str, float]]:
+        """The server's process and its descendants (serve's receiver process, render workers): pid -> (role,
+        CPU seconds so far)."""
+        out: dict[int, tuple[str, float]] = {}
+        todo = [self.pid]
+        while todo:
+            pid = todo.pop()
+            with contextlib.suppress(OSError, ValueError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                role = ("receivers" if "receiver_process" in cmd else "session core" if pid == self.pid and
+                        "wt_otel.cli" in cmd else "server" if pid == self.pid else "render worker"
+                        if "multiprocessing" in cmd or "wt_otel" in cmd else cmd.split(" ")[0].rpartition("/")[2])
+                out[pid] = (role, self._cpu(pid))
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+        return out
 
     def __enter__(self) -> RssSampler:
         with contextlib.suppress(OSError):
             self.cpu = -self._cpu()
+        self._start_tree = self._tree()
         self._thread.start()
         return self
 
@@ -217,6 +235,10 @@ class RssSampler:
         self._thread.join()
         with contextlib.suppress(OSError):
             self.cpu += self._cpu()
+        end = self._tree()
+        self.per_process: dict[str, float] = {}  # role -> CPU seconds over the run (every process of that role)
+        for pid, (role, cpu) in end.items():
+            self.per_process[role] = self.per_process.get(role, 0.0) + cpu - self._start_tree.get(pid, ("", 0.0))[1]
         with contextlib.suppress(OSError, AttributeError):
             self.hwm = self._read()[1]
             text = Path(f"/proc/{self.pid}/status").read_text()
@@ -305,8 +327,13 @@ def cpu_line(rss: RssSampler, r: LoadResult, n_spans: int, server_seconds: float
     """CPU of the server (over `server_seconds`: the load and, for serve, its drain) and of the load generator,
     in cores and in ms per accepted request."""
     requests = max(1, r.accepted_spans // n_spans)
-    return (f"CPU: server {rss.cpu / server_seconds:.2f} cores ({rss.cpu / requests * 1e3:.2f} ms a request), "
-            f"load generator {r.cpu / r.seconds:.2f} cores ({r.cpu / requests * 1e3:.2f} ms a request)")
+    parts = getattr(rss, "per_process", {})
+    total = sum(parts.values()) or rss.cpu
+    each = ", ".join(f"{role} {cpu / server_seconds:.2f} cores ({cpu / requests * 1e3:.2f} ms a request)"
+                     for role, cpu in sorted(parts.items(), key=lambda kv: -kv[1]))
+    return (f"CPU: server {total / server_seconds:.2f} cores ({total / requests * 1e3:.2f} ms a request)"
+            + (f" [{each}]" if len(parts) > 1 else "")
+            + f", load generator {r.cpu / r.seconds:.2f} cores ({r.cpu / requests * 1e3:.2f} ms a request)")
 
 
 # --------------------------------------------------------------------------- the three runs

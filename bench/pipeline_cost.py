@@ -53,9 +53,10 @@ def parse_cpu(bodies: list[bytes]) -> float:
 
 
 def serve_config(data_dir: Path) -> ServeConfig:
-    """serve's defaults on `data_dir`, receivers off: requests go through `export()` in this process."""
+    """serve's defaults on `data_dir`, receivers in this process (`processes.receivers: 0`): requests go through
+    `export()` from this thread."""
     return load_serve_config(None, {"data_dir": str(data_dir), "receivers.grpc_endpoint": None,
-                                    "receivers.http_endpoint": None})
+                                    "receivers.http_endpoint": None, "processes.receivers": 0})
 
 
 def send(server: Server, body: bytes) -> None:

@@ -235,6 +235,7 @@ class DataDirStore:
         # start or an earlier one: their records in the replay are theirs (`replayable`)
         self._recovered: set[str] = set()
         self._unindexed: list[dict[str, Any]] = []  # lines of sessions kept by reference: encoded at the next tick
+        self._unindexed_low = -1  # the lowest `segment_pos` among them (-1: none); serve asks it per status
         # serve (`archive_gone`): the segment generations on disk, to count the lines of kept sessions whose
         # spans retention removed (None: not counted)
         self._present = generations_on_disk(self.root / SEGMENT_DIR) if archive_gone else None
@@ -432,7 +433,7 @@ class DataDirStore:
         reference whose index line is not appended yet holds (-1: none): the log keeps it until written."""
         with self._lock:
             held = [spans for _, spans in self._deferred.values()] + [job.done.spans for job in self._jobs.values()]
-            lowest = [e["segment_pos"] for e in self._unindexed]
+            lowest = [self._unindexed_low] if self._unindexed_low >= 0 else []
             return min([*lowest, *(p for spans in held for p in _positions(spans))], default=-1)
 
     # ------------------------------------------------------------------ sessions kept by reference
@@ -482,6 +483,8 @@ class DataDirStore:
                      "spans": spans, "warnings": indexed.warnings, "written_at": None,  # set as the tick writes it
                      "content": content, "segment_pos": lowest}
             self._unindexed.append(entry)
+            if self._unindexed_low < 0 or lowest < self._unindexed_low:
+                self._unindexed_low = lowest
             return True
 
     def _indexed_session(self, key: str) -> Session:
@@ -1057,12 +1060,14 @@ class DataDirStore:
         disk) is cut back off, so the next batch does not follow a torn line and the offsets the key table
         notes stay exact; the pending lines stay pending (OSError is raised)."""
         size = self._index_size()
-        indexed, self._unindexed = self._unindexed, []
+        indexed, self._unindexed, low = self._unindexed, [], self._unindexed_low
+        self._unindexed_low = -1
         encoded = _indexed_lines(indexed)
         try:
             self._index.append([*encoded, *lines], encoded=True)
         except OSError:
             self._unindexed = indexed + self._unindexed  # kept for the next batch: the segment log holds their spans
+            self._unindexed_low = min((p for p in (low, self._unindexed_low) if p >= 0), default=-1)
             with contextlib.suppress(OSError), open(self.root / INDEX, "r+b") as f:
                 f.truncate(size)
             raise

@@ -130,12 +130,15 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
             else:
                 log.warning("replay: no service named for %s (--replay-service / replay.services): flagged "
                             "incidents are kept and reported, not replayed", target.runtime.url or target.runtime.name)
-    while not signals:
+    while not signals and server.failed is None:
         time.sleep(0.2)
     log.info("stopping: draining the queue and writing open sessions")
     server.stop()
     written = server.metrics.get("wt_otel_sessions_written_total")
     log.info("stopped: %s session revision(s) written", f"{written:g}")
+    if server.failed is not None:
+        log.error("%s", server.failed)
+        ctx.exit(1)
     ctx.exit(0)
 
 

@@ -254,6 +254,23 @@ class ReplayConfig(_Strict):
 DEFAULT_STAGES = ["genai-filter", "assembler", "flagger", "redactor", "datadir", "auto-replay"]
 
 
+class ProcessesConfig(_Strict):
+    """How serve spreads over processes (`wt_otel.serve.receiver_process`)."""
+
+    receivers: Literal["auto", 0, 1] = Field(
+        "auto", description="receiver processes: 1 runs the OTLP receivers in a process of their own, beside the "
+                            "session core (two GILs; needs durability and a data dir, the feed is the segment log); "
+                            "0 runs them in serve's own process; auto: 1 on a machine of two cores or more")
+
+    def receiver_processes(self, durable: bool) -> int:
+        """The receiver processes serve starts; 0 without a segment log (nothing to feed the session core from)."""
+        if not durable:
+            return 0
+        if self.receivers == "auto":
+            return 1 if (os.cpu_count() or 1) >= 2 else 0
+        return self.receivers
+
+
 class PipelineConfig(_Strict):
     """The stage order, as data (the Collector's `service.pipelines`): names of `wt_otel.stages` entry points.
 
@@ -280,6 +297,7 @@ class ServeConfig(_Strict):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     durability: DurabilityConfig = Field(default_factory=DurabilityConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    processes: ProcessesConfig = Field(default_factory=ProcessesConfig)
 
     @property
     def runs_dir(self) -> Path:

@@ -90,9 +90,23 @@ HELP = {
 
 
 class Metrics:
+    """One process's counters, plus the last snapshot of another process's (`absorb`): serve's receiver process and
+    its session core each count their own, and each one's /metrics and `get` show the sum."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[Labels, float]] = defaultdict(dict)
+        self._other: dict[str, dict[Labels, float]] = {}
+
+    def snapshot(self) -> dict[str, dict[Labels, float]]:
+        """This process's own values (not what it absorbed), to send to the other process."""
+        with self._lock:
+            return {k: dict(v) for k, v in self._values.items()}
+
+    def absorb(self, snapshot: dict[str, dict[Labels, float]]) -> None:
+        """The other process's values, as of its last `snapshot` (they replace the previous one)."""
+        with self._lock:
+            self._other = snapshot
 
     def inc(self, name: str, n: float = 1, **labels: str) -> None:
         key = tuple(sorted(labels.items()))
@@ -105,14 +119,19 @@ class Metrics:
             self._values[name][tuple(sorted(labels.items()))] = value
 
     def get(self, name: str, **labels: str) -> float:
+        key = tuple(sorted(labels.items()))
         with self._lock:
-            return self._values.get(name, {}).get(tuple(sorted(labels.items())), 0)
+            return self._values.get(name, {}).get(key, 0) + self._other.get(name, {}).get(key, 0)
 
     def render(self) -> str:
         """Prometheus text exposition format 0.0.4."""
         lines: list[str] = []
         with self._lock:
             snapshot = {k: dict(v) for k, v in self._values.items()}
+            for name, series in self._other.items():
+                mine = snapshot.setdefault(name, {})
+                for labels, value in series.items():
+                    mine[labels] = mine.get(labels, 0) + value
         for name in sorted(set(snapshot) | set(HELP)):
             kind = "counter" if name.endswith("_total") else "gauge"
             lines.append(f"# HELP {name} {HELP.get(name, name)}")

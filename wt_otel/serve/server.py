@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class SessionPipeline:
     no_content_services: set[str] = field(default_factory=set)  # named (at most MAX_NAMED_SERVICES)
     others_without_content: bool = False  # past that: said once, counted as OTHER_SERVICES
     admission: AdmissionControl | None = None  # what the queue admits (wt_otel.serve.budget), once started
+    on_health_change: Callable[[], None] | None = None  # the store's health changed (wakes the receiver process's feed)
     probe_every: int = 1000  # of the sessions kept by reference, the first and then one in this many are built too
     probe_interval: float = 1.0  # and at most one a second (time.monotonic)
     kept: int = field(default=0, init=False)
@@ -194,6 +196,8 @@ class SessionPipeline:
         """The data dir became unwritable (stop acknowledging) or writable again."""
         if self.admission is not None:
             self.admission.set_degraded("data dir", reason)
+        if self.on_health_change is not None:
+            self.on_health_change()  # the receiver process learns it with the next status, sent now
         self.context.metrics.set("wt_otel_datadir_degraded", 1 if reason else 0)
         if reason:
             self.context.warn(f"data dir cannot be written ({reason}): refusing exports until it can")
@@ -371,6 +375,7 @@ class Server:
         self.receivers: Any = None
         self.recovery: list[str] = []  # what the data dir and the queue repaired at start, for the log
         self.segments: Any = None  # wt_otel.serve.segments.SegmentLog when durability.enabled (and a data dir)
+        self.feed: Any = None  # wt_otel.serve.feed.ReceiverProcess when the receivers run in a process of their own
         self._no_content_services: set[str] = set()
 
     @property
@@ -414,10 +419,14 @@ class Server:
                                                 tick_interval=min(0.5, max(0.02, shortest / 4)))
         from wt_otel.serve.receivers import start_receivers
 
+        durable = config.durability.enabled and self.store is not None
         try:
-            if config.durability.enabled and self.store is not None:
-                self._start_segments()
-            self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
+            if config.processes.receiver_processes(durable):
+                self.receivers = self.feed = self._start_receiver_process()
+            else:
+                if durable:
+                    self._start_segments()
+                self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
         except (OSError, RuntimeError, ValueError) as exc:
             self.pipeline.stop()
             if self.segments is not None:
@@ -434,6 +443,11 @@ class Server:
         self.stages.start_stages()
         return self
 
+    @property
+    def failed(self) -> str | None:
+        """Why serve cannot go on (its receiver process exited on its own), or None."""
+        return self.feed.failed if self.feed is not None else None
+
     def stop(self, grace: float = 5) -> None:
         """Receivers, then the queue and assembler (writes open sessions), then the stages in reverse order.
 
@@ -442,6 +456,14 @@ class Server:
         if self.receivers is not None:
             self.receivers.stop(grace=grace)
         if self.stages is None:
+            return
+        if self.feed is not None and self.stages.queue is not None:
+            deadline = time.monotonic() + self.config.durability.shutdown_deadline
+            self.stages.assembler.close_deadline = self.stages.queue.drain_deadline = deadline
+            self.stages.queue.stop()
+            self.stages.drain_stages(max(0.0, deadline - time.monotonic()))
+            self.feed.close(self._needed_position())
+            self.stages.close_stages()
             return
         if self.segments is None or self.stages.queue is None:
             self.stages.stop()
@@ -489,6 +511,47 @@ class Server:
             log.info("unflagged sessions are kept as records, not by reference: %s", blocker)
         self._replay(segments, queue)
         queue.segments = segments  # from now on export() appends before it acknowledges
+
+    def _start_receiver_process(self) -> Any:
+        """The receivers in a process of their own (`wt_otel.serve.receiver_process`): it opens the segment log,
+        and this process, the session core, is fed from it (`wt_otel.serve.feed`), replayed entries first."""
+        from wt_otel.serve.feed import ReceiverProcess
+        from wt_otel.serve.receivers.common import screen_of
+        from wt_otel.serve.segments import SEGMENTS, spans_of
+
+        queue, stages = self.pipeline, self.stages
+        assert queue is not None and stages is not None
+        assembler, store = stages.assembler, self.store
+        feed = ReceiverProcess(self.config, self.metrics)
+        start, replay_end, repaired = feed.open()
+        self.recovery += repaired
+        store.kept_by_log = True
+        assembler.replay_below = store.replayed_below = replay_end
+        assembler.resumable = lambda key: store.replayable(key, start)
+        assembler.decode_refs = functools.partial(spans_of, self.config.data_dir / SEGMENTS)
+        blocker = stages.by_reference_blocker()
+        if blocker is None:
+            assembler.keep_by_reference = stages.keep_by_reference
+            queue.by_reference = True
+            log.info("unflagged sessions are kept by reference into the segment log (datadir.render: flagged)")
+        elif getattr(store, "render_mode", "all") == "flagged":
+            log.info("unflagged sessions are kept as records, not by reference: %s", blocker)
+        feed.start(queue, screen_of(queue) if blocker is None else None, blocker is None, self._needed_position,
+                   self._core_state)
+        stages.on_health_change = feed.report_now
+        self.recovery += feed.recovery
+        log.info("OTLP receivers run in process %s; the session core in this one (%s)", feed.pid, os.getpid())
+        return feed
+
+    def _core_state(self) -> tuple[float, int, float, dict[str, str]]:
+        """What the receiver process admits on: (the writer's backlog in seconds, bytes held, seconds per session,
+        the degraded components)."""
+        assembler, admission = self.stages.assembler if self.stages else None, self.admission
+        lag = getattr(assembler, "write_backlog", None)
+        held = getattr(assembler, "held_bytes", None)
+        cost = getattr(assembler, "write_cost", None)
+        return (lag() if callable(lag) else 0.0, held() if callable(held) else 0, cost(1) if callable(cost) else 0.0,
+                admission.degraded if admission is not None else {})
 
     def _segments_health(self, reason: str | None) -> None:
         """The segment log cannot be written (refuse exports before decoding, /healthz degraded) or can again."""

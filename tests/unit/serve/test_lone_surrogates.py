@@ -27,10 +27,11 @@ from wt_otel.serve.server import Server
 CUT = "\\ud83d"  # as JSON text: the escape of a high surrogate with no low one after it
 
 
-def _server(tmp_path: Path) -> Server:
+def _server(tmp_path: Path, receiver_processes: int | str = "auto") -> Server:
     config = ServeConfig(data_dir=tmp_path / "data",
                          receivers=ReceiversConfig(grpc_endpoint="127.0.0.1:0", http_endpoint="127.0.0.1:0"),
-                         assembler=AssemblerConfig(idle_timeout=0.3, grace=0.05), datadir=DataDirConfig(render="all"))
+                         assembler=AssemblerConfig(idle_timeout=0.3, grace=0.05), datadir=DataDirConfig(render="all"),
+                         processes={"receivers": receiver_processes})
     return Server(config, quiet=True).start()
 
 
@@ -111,7 +112,7 @@ def test_one_record_that_cannot_be_encoded_is_set_aside_not_the_request(tmp_path
            + to_otlp_json(genai_session(tid(2)))["resourceSpans"]}
     doc["resourceSpans"][1]["scopeSpans"][0]["spans"][1]["attributes"].append(
         {"key": "app.note", "value": {"stringValue": "poison"}})
-    server = _server(tmp_path)
+    server = _server(tmp_path, receiver_processes=0)  # the seam is in this process
     try:
         status, reply = _post_json(server, json.dumps(doc).encode(), "/v1/traces")
         assert status == 200

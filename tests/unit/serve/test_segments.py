@@ -37,11 +37,14 @@ from wt_otel.serve.segments import (
 from wt_otel.serve.server import Server
 
 
-def config(data_dir: Path, idle: float = 60.0, late_window: float = 300.0, **durability) -> ServeConfig:
-    # render: all: these are the decoded sessions' durability; test_by_reference.py has the kept ones'
+def config(data_dir: Path, idle: float = 60.0, late_window: float = 300.0, receiver_processes: int | str = "auto",
+           **durability) -> ServeConfig:
+    """render: all: these are the decoded sessions' durability; test_by_reference.py has the kept ones'.
+    `receiver_processes=0` where a test injects faults into the segment log (`server.segments`'s seams)
+    in this process."""
     return ServeConfig(data_dir=data_dir, receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
                        assembler=AssemblerConfig(idle_timeout=idle, grace=idle, late_window=late_window),
-                       datadir={"render": "all"},
+                       datadir={"render": "all"}, processes={"receivers": receiver_processes},
                        durability=DurabilityConfig(**durability))
 
 
@@ -172,7 +175,7 @@ def test_the_tail_repair_reads_headers_only_and_finds_what_the_reader_finds(tmp_
 
 
 def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> None:
-    server = Server(config(tmp_path, idle=0.2), quiet=True).start()
+    server = Server(config(tmp_path, idle=0.2, receiver_processes=0), quiet=True).start()
     try:
         segments = server.segments
 
@@ -195,7 +198,7 @@ def test_a_failed_append_is_refused_and_never_acknowledged(tmp_path: Path) -> No
 
 
 def test_a_failed_fsync_refuses_the_requests_it_covered_and_cuts_them_off(tmp_path: Path) -> None:
-    server = Server(config(tmp_path), quiet=True).start()
+    server = Server(config(tmp_path, receiver_processes=0), quiet=True).start()
     segments = server.segments
     assert post(server, session(1))[0] == 200
     [path] = segment_files(tmp_path)
@@ -566,7 +569,8 @@ def test_serve_with_a_stalled_disk_answers_503_at_once_and_recovers_without_losi
     """End to end over OTLP/HTTP: the export whose commit stalls waits; the next ones are refused with retry
     info and /healthz says degraded, within the stall timeout rather than 30 s each; once the fsync returns,
     the stalled export is acknowledged and written, and new ones are accepted again."""
-    server = Server(config(tmp_path, idle=0.2, commit_interval=0, fsync_stall_timeout=0.3), quiet=True).start()
+    server = Server(config(tmp_path, idle=0.2, receiver_processes=0, commit_interval=0, fsync_stall_timeout=0.3),
+                    quiet=True).start()
     disk = server.segments.fsync = _StuckDisk(server.segments.fsync)
     try:
         results: list[int] = []

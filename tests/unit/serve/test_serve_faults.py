@@ -171,6 +171,7 @@ def test_item4_full_disk_stops_acknowledging_keeps_data_and_writes_it_later(tmp_
     try:
         assert _post(server, to_request(genai_session(tid(1))).SerializeToString())[0] == 200  # acknowledged
         _wait(lambda: store.deferred == 1)
+        _wait(lambda: _get(server, "/healthz")[0] == 503)  # with a receiver process: its next status, within ms
         status, headers, body = _post(server, to_request(genai_session(tid(2))).SerializeToString())
         assert status == 503 and headers["Retry-After"] == "1" and b"No space left" in body
         with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
@@ -249,8 +250,8 @@ def test_started_on_a_full_disk_healthz_is_degraded_from_the_start(tmp_path, mon
     def full(fd, buffers):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "writev", full)  # the segment log's seam takes it at start
-    server = _server(tmp_path)
+    monkeypatch.setattr(os, "writev", full)  # the segment log's seam takes it at start (in this process)
+    server = _server(tmp_path, processes={"receivers": 0})
     try:
         code, health = _get(server, "/healthz")
         assert code == 503 and "No space left" in json.loads(health)["reasons"]["segment log"]
