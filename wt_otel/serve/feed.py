@@ -36,7 +36,7 @@ from wt_otel.serve.segments import SEGMENTS, SIGNALS, read_entry, split
 log = logging.getLogger("wt_otel.serve.feed")
 
 START_TIMEOUT = 120.0  # seconds for the receiver process to open (repair, checksum) the log and bind its ports
-STATUS_EVERY = 0.002  # at most one status per this many seconds (they coalesce under load)
+STATUS_EVERY = 0.005  # at most one status per this many seconds (they coalesce under load)
 METRICS_EVERY = 0.1
 
 

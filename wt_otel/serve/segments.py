@@ -70,6 +70,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from wt_otel._util import fsutil
 from wt_otel._util.clock import utc_now_iso
 from wt_otel.ingest.otlp import spans_from_request
 from wt_otel.model.spans import SpanRecord, SpanRefs
@@ -95,6 +96,10 @@ TRAILER = len(_CRC_TAG) + 4
 
 
 PROBE_BYTES = 64 * 1024  # what `probe()` writes: room for a few requests, not just one byte
+# Each open segment file is allocated this far ahead of its writes (`fsutil.reserve`, the size unchanged): an
+# append into allocated space costs a tenth of one that allocates (0.12 against 1.5 ms of CPU for a 570 KB
+# request, tmpfs and ext4), most of the receivers' cost after gRPC's own. Given back when the file closes.
+RESERVE_BYTES = 8 * 1024 * 1024
 
 def position(generation: int, signal: int, offset: int) -> int:
     """One int ordered as (generation, signal, offset)."""
@@ -139,6 +144,7 @@ class _Open:
     epoch: int = 0  # bumped when a failed fsync cut the file back: every waiter past `committed` fails
     error: str = ""
     closed: bool = False
+    reserved: int = 0  # bytes allocated ahead of the writes (`fsutil.reserve`); given back as the file closes
 
 
 @dataclass(slots=True)
@@ -314,6 +320,8 @@ class SegmentLog:
             if seg is None:
                 seg = self._open_locked(sig)
             offset = seg.size
+            if offset + size > seg.reserved:
+                self._reserve_locked(seg, offset + size)
             try:
                 written = self.writev(seg.fd, [header, data, trailer])  # the request is not copied into a frame
                 if written != size:  # a short write: the disk filled up mid-frame
@@ -383,6 +391,15 @@ class SegmentLog:
             else:
                 self._pins.pop(pos, None)
 
+    def _reserve_locked(self, seg: _Open, needed: int) -> None:
+        """Allocate the file `RESERVE_BYTES` past `needed` (not past `segment_bytes`, unless one entry is larger).
+        If the system cannot, the writes allocate as they go; a full disk is found by the write, as before."""
+        want = max(needed, min(needed + RESERVE_BYTES, self.segment_bytes))
+        if fsutil.reserve(seg.fd, seg.reserved, want - seg.reserved):
+            seg.reserved = want
+        else:
+            seg.reserved = needed
+
     def _open_locked(self, sig: int) -> _Open:
         path = self.dir / segment_name(self._generation, SIGNALS[sig])
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -439,6 +456,9 @@ class SegmentLog:
                 else:
                     self._fail_locked(seg, err)
             for seg in segs:
+                if seg.reserved > seg.size:  # what was allocated ahead and not written goes back
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(seg.fd, seg.size)
                 os.close(seg.fd)
                 seg.closed = True
             self._open.clear()
@@ -546,7 +566,8 @@ class SegmentLog:
     def _cut_locked(self, seg: _Open, size: int) -> None:
         """Truncate back to `size`, so nothing unacknowledged stays to be replayed."""
         with contextlib.suppress(OSError):
-            os.ftruncate(seg.fd, size)
+            os.ftruncate(seg.fd, size)  # (the space reserved past it goes back too)
+        seg.reserved = size
         with self._pins_lock:
             for pos in [p for p in self._pins if split(p)[:2] == (seg.generation, seg.signal) and split(p)[2] >= size]:
                 del self._pins[pos]
@@ -823,7 +844,11 @@ def _repair_tail(path: Path) -> tuple[int, str, list[tuple[int, int, int]]]:
     checked: a bad frame with whole frames after it is damage in the middle, skipped and kept, not a torn tail."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
+        stat = os.fstat(fd)
+        size = stat.st_size
+        if stat.st_blocks * 512 > size + RESERVE_BYTES // 2:  # space reserved ahead by a run that was killed
+            with contextlib.suppress(OSError):
+                os.truncate(path, size)
         if os.pread(fd, len(HEADER_FRAME), 0) == HEADER_FRAME:
             buf = os.pread(fd, size, 0)
             frames, corrupt, end = _walk_checked(buf)

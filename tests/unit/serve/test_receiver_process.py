@@ -92,9 +92,12 @@ def test_the_receivers_run_apart_from_the_session_core_and_metrics_show_both(tmp
         # spans are counted where they are received, sessions where they are written: each side shows both
         _wait(lambda: server.metrics.get("wt_otel_spans_received_total") > 0)
         _wait(lambda: "wt_otel_sessions_written_total 2" in _metrics(server.http_url))
-        text = _metrics(server.http_url)
-        received = float(re.search(r"^wt_otel_spans_received_total (\S+)$", text, re.M).group(1))
-        assert received == server.metrics.get("wt_otel_spans_received_total") > 0
+
+        def received() -> float:  # as the receiver process's /metrics says
+            return float(re.search(r"^wt_otel_spans_received_total (\S+)$", _metrics(server.http_url), re.M).group(1))
+
+        # the same count on both sides once the last snapshot crossed (every 0.1 s)
+        _wait(lambda: received() == server.metrics.get("wt_otel_spans_received_total") == 8)
     finally:
         server.stop()
     assert not _alive(server.feed.pid)

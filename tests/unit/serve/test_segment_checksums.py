@@ -5,6 +5,7 @@ cut and called what it is; format-1 segments (no header) are read as before. Rea
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,35 @@ def test_a_whole_last_frame_that_fails_its_checksum_is_cut_and_called_damage(tmp
         assert log.metrics.get("wt_otel_segment_corrupt_frames_total") == 0
     finally:
         log.close()
+
+
+def test_space_is_reserved_ahead_of_appends_and_given_back_when_the_file_closes(tmp_path):
+    """Appends go into space allocated ahead (the size says only what was written); rotation and a start after
+    a kill give back what was reserved and not written, and the frames read back as they were."""
+    from wt_otel._util import fsutil
+
+    log = SegmentLog(tmp_path, segment_bytes=1 << 30)
+    body = b"\x0a\x00" * 1000
+    log.wait(log.append("traces", body))
+    path = next((tmp_path / SEGMENTS).glob("*.traces.pb"))
+    size, allocated = path.stat().st_size, path.stat().st_blocks * 512
+    assert size == len(HEADER_FRAME) + 4 + len(body) + TRAILER  # only what was written
+    probe = os.open(tmp_path / "probe", os.O_WRONLY | os.O_CREAT)
+    try:
+        if not fsutil.reserve(probe, 0, 4096):
+            pytest.skip("this system cannot reserve space (fallocate with FALLOC_FL_KEEP_SIZE)")
+    finally:
+        os.close(probe)
+    assert allocated >= size + 1024 * 1024  # reserved ahead
+    ticket = log.append("traces", body)
+    log.wait(ticket)
+    assert read_entry(tmp_path / SEGMENTS, ticket.pos) == body
+    pos = ticket.pos
+    del log  # killed: nothing closed, the reservation left behind
+    again = SegmentLog(tmp_path)  # the start gives it back and keeps every frame
+    assert path.stat().st_blocks * 512 < size * 2 + 64 * 1024
+    assert read_entry(tmp_path / SEGMENTS, pos) == body
+    again.wait(again.append("traces", body))
+    again.close()  # closing the generation gives back its reservation too
+    newest = max((tmp_path / SEGMENTS).glob("*.traces.pb"))
+    assert newest.stat().st_blocks * 512 < newest.stat().st_size + 64 * 1024
