@@ -89,9 +89,18 @@ def _send(stub, body: bytes, counter, phase: Phase, lock: threading.Lock) -> boo
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of a process and its descendants (serve's receiver process, render workers), from /proc."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # gone meanwhile
+            continue
+    return total
 
 
 def measure(serve: Server, phase: Phase, settle: float, seconds: float, load) -> None:
@@ -202,7 +211,8 @@ def summary(label: str, caps: list[Phase], overs: list[Phase], rss: RssSampler, 
     print(f"  {label}: goodput / capacity per round {', '.join(f'{r:.2f}' for r in ratios)}; median "
           f"{statistics.median(ratios):.2f} (goal >= 0.9); CPU per session at overload / at capacity: median "
           f"{statistics.median(cpu) if cpu else float('nan'):.2f}", flush=True)
-    print(f"      peak RSS {rss.hwm} MiB against a {budget // MiB} MiB memory budget; {rss.summary()}", flush=True)
+    print(f"      peak RSS of the session core {rss.hwm} MiB against a {budget // MiB} MiB memory budget; "
+          f"{rss.summary()}", flush=True)
     return statistics.median(ratios)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tests.support.hostile import genai_session, tid, to_request
 from wt_otel.exporters.datadir import read_index
+from wt_otel.model.spans import SpanRefs
 from wt_otel.serve.config import AssemblerConfig, DataDirConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import PipelineAdmission
@@ -135,6 +136,19 @@ def test_the_receivers_refuse_while_the_session_core_is_behind_or_degraded(tmp_p
     verdict, reason = remote.precheck(1000, "a")
     assert verdict is PipelineAdmission.UNAVAILABLE and "No space left" in reason
     remote.on_status(0, -1, 0.0, 0, 0.0, {})  # space returned: the receivers accept again
+    assert remote.precheck(1000, "a")[0] is PipelineAdmission.ACCEPTED
+    segments.close(-1)
+
+
+def test_a_full_queue_is_refused_before_the_request_is_walked(tmp_path: Path) -> None:
+    """What is sent and not consumed is the receivers' queue: full, the next request is refused by the gate that
+    runs before decoding (a refusal after the walk spent the cores the session core needed at overload)."""
+    remote, segments, core = _remote(tmp_path, max_queued_records=1000)
+    assert remote.put([SpanRefs(tid(7), None, 1, list(range(1000)))], 1)
+    verdict, reason = remote.precheck(1000, "a")
+    assert verdict is PipelineAdmission.FULL and "queue is full" in reason
+    _, seq, _, _ = core.recv()
+    remote.on_status(seq, -1, 0.0, 0, 0.0, {})  # consumed: room again
     assert remote.precheck(1000, "a")[0] is PipelineAdmission.ACCEPTED
     segments.close(-1)
 
