@@ -1,14 +1,16 @@
-"""Scale-out: N `wt-otel serve` processes behind a trace-id split, side by side with N bare grpcio sinks.
+"""Scale-out: N `wt-otel serve` processes behind a conversation-keyed split, side by side with N bare grpcio sinks.
 
-The split is the OTel Collector's `loadbalancing` exporter with `routing_key: traceID`, done in the load
-generator: every request's spans are regrouped by trace id and each group goes to the backend its trace id
-hashes to, so all spans of a trace (a session) reach the same serve. (Plain SO_REUSEPORT balances
-connections, not traces: a session's spans would land on several serves and each would write a fragment.)
+The split is what `collector-config/otelcol-loadbalancing.yaml` does (the Collector's `loadbalancing` exporter
+on the routing key its transform writes: `conv:<conversation id>`, else `trace:<trace id>`), done in the load
+generator: every request's spans are regrouped by that key and each group goes to the backend the key
+hashes to, so all spans of a conversation (a session) reach the same serve. (Plain SO_REUSEPORT balances
+connections, not conversations: a session's spans would land on several serves and each would write a
+fragment.) Each serve runs with its default process count (`processes.receivers: auto`).
 It is done at the byte level, so the router costs next to nothing and the figures are the backends': each
 session of the request of `ingest_throughput.py` (50 agent sessions x 10 spans) is pre-serialized as one
 `ResourceSpans` entry, protobuf concatenation of entries is a valid request, and per send the fresh ids
 (trace and conversation ids, as in ingest_throughput) are written in and the entries grouped by
-`crc32(trace_id) % N`.
+`crc32(routing key) % N`.
 
 For each N of `--ns`: N serves (data dirs on /dev/shm), `--threads` clients sending back to back for
 `--seconds` (refused sends back off 50 ms, as in ingest_throughput), then the same against N bare sinks.
@@ -20,10 +22,11 @@ their window (what they would write at SIGTERM is not the point here).
     python bench/scaleout.py [--ns 1,2,4] [--seconds 15] [--settle 4] [--threads 4] [--data-root /dev/shm]
                              [--serve-config FILE]
 
-On a 2-core machine one serve leaves part of a core idle (its GIL, shared by the receivers and the
-pipeline thread, is the bottleneck), so N = 2 still gains a little (1.38x the sessions written a second,
-measured at stop 23); beyond that the serves share the cores with each other and the load, and the run
-shows the routing works and what N costs. Run it on a machine with cores to spare for the scaling.
+On a 2-core machine N = 2 gained a little when one serve was one process (1.38x the sessions written a
+second, measured at stop 23, its GIL shared by the receivers and the pipeline thread); a serve is two
+processes now (receivers, session core), so the cores are taken at N = 1 already; beyond that the serves
+share the cores with each other and the load, and the run shows the routing works and what N costs. Run it
+on a machine with cores to spare for the scaling.
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ def session_entries() -> list[tuple[bytes, bytes]]:
 
 
 class TraceSplit:
-    """Per send: fresh ids into every entry, entries grouped by their trace id's hash (loadbalancing's
-    traceID routing); returns one request body per backend (empty when no trace hashed to it)."""
+    """Per send: fresh ids into every entry, entries grouped by their routing key's hash (the conversation id
+    the collector config routes on; every bench session has one); returns one request body per backend (empty
+    when no key hashed to it)."""
 
     def __init__(self, backends: int) -> None:
         self.backends = backends
@@ -86,8 +90,8 @@ class TraceSplit:
         fresh = f"{send:08x}".encode()
         parts: list[list[bytes]] = [[] for _ in range(self.backends)]
         for suffix, entry in self.entries:
-            trace_id = fresh + suffix
-            parts[zlib.crc32(trace_id) % self.backends].append(entry.replace(MARK, fresh))
+            key = b"conv:conv-" + fresh + b"-" + str(int.from_bytes(suffix, "big")).encode()
+            parts[zlib.crc32(key) % self.backends].append(entry.replace(MARK, fresh))
         return [(b"".join(p), len(p) * self.spans_per_entry) for p in parts]
 
 
@@ -195,8 +199,8 @@ def main() -> None:
     ns = [int(x) for x in args.ns.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="wt-scaleout-", dir=args.data_root))
     counter = itertools.count(1)
-    print(f"requests of {SESSIONS_PER_REQUEST} sessions x 10 spans split by trace id; {args.threads} client threads, "
-          f"{args.seconds:g} s windows; cpu count {os.cpu_count()}; data dirs under {tmp}", flush=True)
+    print(f"requests of {SESSIONS_PER_REQUEST} sessions x 10 spans split by conversation id; {args.threads} client "
+          f"threads, {args.seconds:g} s windows; cpu count {os.cpu_count()}; data dirs under {tmp}", flush=True)
     print(f"  {'N':>3} {'serve sessions/s':>17} {'serve spans/s':>14} {'sink spans/s':>13} {'serve/sink':>11} "
           f"{'speed-up':>9}  notes", flush=True)
     base = None
