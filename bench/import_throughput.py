@@ -14,7 +14,12 @@ session (invoke_agent root, 4 chat spans with ~2 KB message attributes,
 It prints spans/s of each and the ratio (b)/(a), for two dump sizes, so the
 peak RSS can be compared: it should follow the largest session, not the dump.
 
-    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR] [--jobs N] [--repeat 3]
+    python bench/import_throughput.py [--spans 200000] [--sizes 1,2] [--out-dir DIR] [--jobs N[,M...]] [--repeat 3]
+
+With several --jobs values (e.g. `--jobs 1,2`) (b) runs once per value, in the same rounds as (a), and a
+row per value is printed beside the one baseline, then the speedup of each over the first (does
+import time fall with more workers?). Each run's scenario directories are compared with the first
+value's, byte for byte: the bench stops if --jobs changed the output.
 
 With --repeat N, (a) and (b) run N times each, alternately, and the medians are printed (the
 shared 2-core machines are noisy; one run can be off by a third).
@@ -27,6 +32,7 @@ interest is the pipeline's cost, not the disk's. Pass a disk path to see both.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -150,32 +156,73 @@ def run_import(path: Path, out: Path, jobs: int | None = None) -> tuple[float, i
     return elapsed, rss // 1024
 
 
+def tree_digest(out: Path) -> str:
+    """One hash over every file's relative path and bytes: two imports wrote the same output or not."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(out)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def parse_jobs(text: str | None) -> list[int | None]:
+    """`--jobs 1,2` -> [1, 2]; none given -> [None] (import's own default)."""
+    if not text:
+        return [None]
+    try:
+        jobs = [int(x) for x in text.split(",")]
+    except ValueError:
+        jobs = []
+    if not jobs or min(jobs) < 1:
+        sys.exit(f"--jobs must be positive integers separated by commas, got {text!r}")
+    return list(dict.fromkeys(jobs))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spans", type=int, default=200_000, help="spans in the smaller dump (default 200000)")
     ap.add_argument("--sizes", default="1,2", help="dump sizes as multiples of --spans (default 1,2)")
     ap.add_argument("--out-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the dump and scenario dirs go (default /dev/shm when present)")
-    ap.add_argument("--jobs", type=int, default=None, help="wt-otel import --jobs (default: its own, the CPU count)")
+    ap.add_argument("--jobs", default=None,
+                    help="wt-otel import --jobs; several, comma-separated, to compare them in one run "
+                         "(default: its own, the CPU count)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each, alternately; medians printed (default 1)")
     args = ap.parse_args()
+    jobs_list = parse_jobs(args.jobs)
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-", dir=args.out_dir))
     print(f"dump and output under {tmp}")
     try:
-        print(f"{'spans':>8} {'baseline sp/s':>14} {'import sp/s':>12} {'ratio':>6} {'import peak RSS':>16}")
+        print(f"{'spans':>8} {'jobs':>7} {'baseline sp/s':>14} {'import sp/s':>12} {'ratio':>6} "
+              f"{'import peak RSS':>16}")
         for mult in (int(x) for x in args.sizes.split(",")):
             dump = tmp / f"dump-{mult}.pb"
             n = write_dump(dump, args.spans * mult)
-            bases, imports, rss = [], [], 0
+            bases: list[float] = []
+            imports: dict[int | None, list[float]] = {j: [] for j in jobs_list}
+            rss: dict[int | None, int] = dict.fromkeys(jobs_list, 0)
+            digests: dict[int | None, str] = {}
             for _ in range(max(1, args.repeat)):
                 bases.append(baseline(dump))
-                imp_s, peak = run_import(dump, tmp / f"out-{mult}", args.jobs)
-                imports.append(imp_s)
-                rss = max(rss, peak)
-                shutil.rmtree(tmp / f"out-{mult}", ignore_errors=True)
-            base_s, imp_s = statistics.median(bases), statistics.median(imports)
-            print(f"{n:>8} {n / base_s:>14,.0f} {n / imp_s:>12,.0f} {base_s / imp_s:>6.2f} {rss:>13} MiB",
-                  flush=True)
+                for jobs in jobs_list:
+                    out = tmp / f"out-{mult}"
+                    imp_s, peak = run_import(dump, out, jobs)
+                    imports[jobs].append(imp_s)
+                    rss[jobs] = max(rss[jobs], peak)
+                    if len(jobs_list) > 1 and jobs not in digests:
+                        digests[jobs] = tree_digest(out)
+                    shutil.rmtree(out, ignore_errors=True)
+            if len(set(digests.values())) > 1:
+                sys.exit(f"the output differs between --jobs values: {digests}")
+            base_s = statistics.median(bases)
+            medians = {j: statistics.median(imports[j]) for j in jobs_list}
+            for jobs in jobs_list:
+                imp_s = medians[jobs]
+                print(f"{n:>8} {jobs or 'default':>7} {n / base_s:>14,.0f} {n / imp_s:>12,.0f} {base_s / imp_s:>6.2f} "
+                      f"{rss[jobs]:>13} MiB", flush=True)
+            if len(jobs_list) > 1:
+                first = jobs_list[0]
+                print("         " + "; ".join(f"jobs {j} / jobs {first}: {medians[first] / medians[j]:.2f}x faster"
+                                           for j in jobs_list[1:]) + " (same output)", flush=True)
             dump.unlink()
         print(f"(medians of {max(1, args.repeat)} run(s); "
               f"bench process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB; "

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+import orjson
 import yaml
 
 from wt_otel import __version__
@@ -245,6 +246,21 @@ outcome = all_of({calls})
 '''
 
 
+_FLAT = frozenset({str, bool, type(None)})
+
+
+def _indented_json(data: dict[str, Any]) -> str:
+    """`json.dumps(data, indent=2, ensure_ascii=False)`: orjson writes the same text for a flat object of
+    strings, booleans and nulls (the envelope's source) without the stdlib's pure-Python indenting encoder;
+    anything else (numbers, nesting, text orjson refuses) takes the stdlib's way."""
+    if all(type(k) is str and type(v) in _FLAT for k, v in data.items()):
+        try:
+            return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+        except orjson.JSONEncodeError:  # a lone surrogate
+            pass
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
 def _code(text: Any) -> str:
     """Inline code span that no content can break out of."""
     s = str(text).replace("\n", " ").replace("\r", " ")
@@ -288,7 +304,7 @@ def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stub
     out += [
         "## Source",
         "",
-        _block(json.dumps(source, indent=2, ensure_ascii=False)),
+        _block(_indented_json(source)),
         "",
         f"- trace ids: {', '.join(_code(t) for t in session.trace_ids)}",
         f"- service: {_code(session.service_name or 'unknown')}",

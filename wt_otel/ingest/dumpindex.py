@@ -81,11 +81,7 @@ class DumpIndex:
         """A scanned message: `count` records, `found` the (trace id, conversation id) of those with a trace id."""
         fid = len(self.frames)
         self.frames.append(Frame(path, offset, length, self.records, logs))
-        seen: set[tuple[str, str | None]] = set()
-        for pair in found:
-            if pair in seen:
-                continue
-            seen.add(pair)
+        for pair in dict.fromkeys(found):  # each pair once, in order (a trace's spans mostly share a message)
             trace_id = pair[0]
             self._see(trace_id, pair[1], self.records)
             frames = self._frames_of.setdefault(trace_id, [])
@@ -134,11 +130,17 @@ class DumpIndex:
             if not key.startswith("conv:"):
                 members[self._uf.find(key)].append(key)
         out = []
+        frames_of, spilled, first = self._frames_of, self._spilled, self._first
         for index, root in enumerate(sorted(members)):
-            traces = sorted(members[root])
-            frames = sorted({f for t in traces for f in self._frames_of.get(t, ())})
-            out.append(Group(index, traces, frames, sum(self._spilled.get(t, 0) for t in traces),
-                             min(self._first[t] for t in traces)))
+            traces = members[root]
+            if len(traces) == 1:  # the common case, without the sets and sums
+                t = traces[0]
+                out.append(Group(index, traces, list(frames_of.get(t, ())), spilled.get(t, 0), first[t]))
+                continue
+            traces.sort()
+            frames = sorted({f for t in traces for f in frames_of.get(t, ())})
+            out.append(Group(index, traces, frames, sum(spilled.get(t, 0) for t in traces),
+                             min(first[t] for t in traces)))
         return out
 
     def close(self) -> None:

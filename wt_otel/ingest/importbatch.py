@@ -179,8 +179,7 @@ def stage(session: Session, settings: Settings, name: str, strict_warnings: int 
         files = settings.writer.files(session, item.slug)
         path = os.path.join(settings.staging, name)
         os.mkdir(path)
-        for file_name, data in files.items():  # file names are the sink's constants, never trace text
-            _write_file(os.path.join(path, file_name), data.encode() if isinstance(data, str) else data)
+        _write_files(path, files)
         item.staged = path
     except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
         item.error = f"session {session.key}: not written: {type(e).__name__}: {e}"
@@ -188,16 +187,35 @@ def stage(session: Session, settings: Settings, name: str, strict_warnings: int 
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_FOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR_FD = os.open in os.supports_dir_fd  # (not on Windows)
 
 
-def _write_file(path: str, data: bytes) -> None:
-    """A new file in the staging directory, with plain system calls: no buffered file object (half the
-    cost of `open()` for these few-KB files) and no fsync (import output can be made again)."""
-    fd = os.open(path, _CREATE, 0o666)
+def _write_files(path: str, files: dict[str, str | bytes]) -> None:
+    """A session's files in its new staging directory; file names are the sink's constants, never trace text."""
+    if not _DIR_FD:
+        for file_name, data in files.items():
+            _write_file(os.path.join(path, file_name), data.encode() if isinstance(data, str) else data)
+        return
+    folder = os.open(path, _FOLDER)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        for file_name, data in files.items():
+            _write_file(file_name, data.encode() if isinstance(data, str) else data, folder)
+    finally:
+        os.close(folder)
+
+
+def _write_file(name: str, data: bytes, folder: int | None = None) -> None:
+    """A new file (`name` inside the directory open as `folder`), with plain system calls: no buffered file
+    object (half the cost of `open()` for these few-KB files), no path to resolve again per file (a
+    fifth of a session's file-writing time on tmpfs) and no fsync (import output can be made again)."""
+    fd = os.open(name, _CREATE, 0o666, dir_fd=folder)
+    try:
+        written = os.write(fd, data)
+        if written < len(data):  # a short write (a full disk answers with an error, not this): the rest
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(fd, view):]
     finally:
         os.close(fd)
 

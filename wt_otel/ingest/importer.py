@@ -7,8 +7,9 @@ atomically, so a failure leaves whole scenarios or none.
 Two passes (docs/architecture.md, "import"): pass 1 (`dumpindex`) reads every
 dump once and keeps only which records make up which session and where they
 are; pass 2 (`importbatch`) builds, renders and stages the sessions in batches,
-in `jobs` worker processes; then, in output order, each session gets its slug
-and its staged directory is moved into place. The files are byte for byte
+in `jobs` worker processes; meanwhile, in output order, each built session gets its
+slug and its staged directory is moved into place (`_Placer`; with `strict`, only once
+every session is built and judged). The files are byte for byte
 what the single-process import writes (`_import_serial`, still used for sinks
 that only have `write()`).
 """
@@ -202,8 +203,16 @@ def import_dumps(
         try:
             settings = Settings(sink, flag_rules, frozenset(t.lower() for t in trace_ids), flagged_only, staging,
                                 index.spill_path)
-            results = _pass2(groups, index.frames, settings, jobs, batch_sessions, batch_bytes, progress)
-            _write_in_order(report, sink, ready, groups, results, index.frames, settings, strict, progress)
+            placer = _Placer(report, sink, ready, groups, index.frames, settings, progress)
+            if strict:  # judged whole before anything is written
+                results = _pass2(groups, index.frames, settings, jobs, batch_sessions, batch_bytes, progress)
+                placer.judge(results)
+                placer.start()
+                placer.add(list(results.values()), errors=False)
+            else:  # placed while the workers build the rest
+                placer.start()
+                _pass2(groups, index.frames, settings, jobs, batch_sessions, batch_bytes, progress, placer.add)
+            placer.finish()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             if made_out and not any(sink.out.iterdir()):  # nothing written: no folder, as before
@@ -360,10 +369,31 @@ def _batches(groups: list[Group], frames: list[Frame], size: int, max_bytes: int
     return out
 
 
+TAIL_PIECES = 4  # the last batches are split in this many pieces
+
+
+def _even_tail(batches: list[list[Group]], workers: int) -> list[list[Group]]:
+    """The last `workers` batches split in `TAIL_PIECES`: workers take batches as they finish, so the last
+    one to start decides when pass 2 ends; with small batches at the end the others wait less for it.
+    (Which groups share a batch changes nothing in the output: each session is built alone.)"""
+    if workers <= 1 or len(batches) <= workers:
+        return batches
+    head, tail = batches[:-workers], batches[-workers:]
+    for batch in tail:
+        step = -(-len(batch) // TAIL_PIECES)
+        head.extend(batch[i:i + step] for i in range(0, len(batch), step))
+    return head
+
+
 def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: int, size: int,
-           max_bytes: int, progress: Callable[[str, int], None] | None) -> dict[int, GroupResult]:
+           max_bytes: int, progress: Callable[[str, int], None] | None,
+           on_results: Callable[[list[GroupResult]], None] | None = None) -> dict[int, GroupResult]:
+    """Every group's result; `on_results` gets each batch's as it is done (in the order batches finish),
+    so the main process can place finished sessions while workers build the rest (it then reports the
+    progress)."""
     batches = _batches(groups, frames, max(1, size), max_bytes)
     workers = min(jobs, len(batches))
+    batches = _even_tail(batches, workers)
     results: dict[int, GroupResult] = {}
     done = 0
 
@@ -372,7 +402,9 @@ def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: i
         for r in found:
             results[r.index] = r
             done += len(r.sessions)
-        if progress:
+        if on_results is not None:
+            on_results(found)
+        elif progress:
             progress("sessions", done)
 
     def frames_of(batch: list[Group]) -> dict[int, Frame]:
@@ -399,38 +431,67 @@ def _pass2(groups: list[Group], frames: list[Frame], settings: Settings, jobs: i
     return results
 
 
-def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Session], groups: list[Group],
-                    results: dict[int, GroupResult], frames: list[Frame], settings: Settings, strict: bool,
-                    progress: Callable[[str, int], None] | None) -> None:
-    """The single-process loop's slugs, errors, warnings and counts, in its order; staged directories
-    move into place, sessions that pass 2 could not finish (joined continuations, envelopes, a slug
-    another session took) are rendered here."""
-    taken: set[str] = set()
-    reasons: list[tuple[int, str]] = []
-    ordered = [results[g.index] for g in groups]
-    unnamed = [r.unnamed for r in ordered if r.unnamed is not None]
-    for r in ordered:
-        report.empty += r.empty
-        if r.reason is not None and len(reasons) < MAX_REASONS:
-            reasons.append(r.reason)
-    joined = [x for s in merge_continuations(unnamed) for x in (s, *later_incidents(s))]
-    direct = [x for s in ready for x in (s, *later_incidents(s))]
+class _Placer:
+    """The single-process loop's slugs, errors, warnings and counts, in its order: envelopes first, then
+    sessions by group (staged directories move into place; a session pass 2 could not finish, a slug
+    another session took, is rendered here), then joined continuations. Without `strict` each group is
+    placed as soon as it and every group before it are built, while the workers build the rest; with
+    `strict` every warning is judged before anything is written (`judge`)."""
 
-    def build_errors(r: GroupResult) -> None:
-        if r.error is not None:
-            report.errors.append(r.error)
+    def __init__(self, report: ImportReport, sink: DirectorySink, ready: list[Session], groups: list[Group],
+                 frames: list[Frame], settings: Settings, progress: Callable[[str, int], None] | None) -> None:
+        self.report, self.sink, self.groups, self.frames = report, sink, groups, frames
+        self.settings, self.progress = settings, progress
+        self.taken: set[str] = set()
+        self.reasons: list[tuple[int, str]] = []
+        self.unnamed: list[Session] = []
+        self.direct = [x for s in ready for x in (s, *later_incidents(s))]
+        self.by_index = {g.index: g for g in groups}
+        self.pending: dict[int, GroupResult] = {}
+        self.next = 0  # position in `groups` of the next group to place
+        self.out = os.fspath(sink.out)
+        self.joined: list[Session] | None = None  # joined continuations, once joined (joining changes them)
 
-    if strict:  # every warning is fatal: judge all sessions before writing any
+    def judge(self, results: dict[int, GroupResult]) -> None:
+        """--strict: every build error and warning, before anything is written (ImportAborted on the first)."""
+        ordered = [results[g.index] for g in self.groups]
         for r in ordered:
-            build_errors(r)
-        warned = [f"session {s.key}: {w}" for s in direct for w in s.warnings]
+            if r.error is not None:
+                self.report.errors.append(r.error)
+        self.joined = joined = self._join([r.unnamed for r in ordered if r.unnamed is not None])
+        warned = [f"session {s.key}: {w}" for s in self.direct for w in s.warnings]
         warned += [f"session {st.key}: {w}" for r in ordered for st in r.sessions
                    for w in st.warnings[:st.strict_warnings]]
         warned += [f"session {s.key}: {w}" for s in joined for w in s.warnings]
         if warned:
             raise ImportAborted(f"{len(warned)} warning(s), e.g. {warned[0]}")
 
-    def write_direct(session: Session) -> None:
+    def start(self) -> None:
+        for session in self.direct:
+            self._write_direct(session)
+
+    def add(self, found: list[GroupResult], errors: bool = True) -> None:
+        """Results of a batch; every group whose turn has come is placed (`errors`: its build error reported)."""
+        for r in found:
+            self.pending[r.index] = r
+        while self.next < len(self.groups) and self.groups[self.next].index in self.pending:
+            self._place(self.pending.pop(self.groups[self.next].index), errors)
+            self.next += 1
+
+    def finish(self) -> None:
+        for session in self._join(self.unnamed) if self.joined is None else self.joined:
+            self._write_direct(session)
+        report = self.report
+        if report.found_nothing and not self.direct:
+            report.why_none = (max(self.reasons)[1] if self.reasons else "the input holds no spans")
+
+    @staticmethod
+    def _join(unnamed: list[Session]) -> list[Session]:
+        """Sessions without a conversation id that continue one another, joined (once: it changes them)."""
+        return [x for s in merge_continuations(unnamed) for x in (s, *later_incidents(s))]
+
+    def _write_direct(self, session: Session) -> None:
+        report, settings = self.report, self.settings
         report.sessions += 1
         report.warnings.extend(f"{session.flag_ref or session.conversation_id or session.key}: {w}"
                                for w in session.warnings)
@@ -438,33 +499,36 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
                 settings.flagged_only and not session.flagged):
             report.skipped += 1
             return
-        slug = unique_slug(scenario_name(session), session.key, taken)
+        slug = unique_slug(scenario_name(session), session.key, self.taken)
         try:
-            report.written.append(sink.write(session, slug))  # type: ignore[attr-defined]
+            report.written.append(self.sink.write(session, slug))  # type: ignore[attr-defined]
         except DirectoryExists as e:
             report.errors.append(str(e))
         except Exception as e:  # noqa: BLE001 - one bad session must not sink the others (nor the report)
             report.errors.append(f"session {session.key}: not written: {type(e).__name__}: {e}")
-        if progress:
-            progress("sessions", len(report.written))
+        if self.progress:
+            self.progress("sessions", len(report.written))
 
-    for session in direct:
-        write_direct(session)
-    by_index = {g.index: g for g in groups}
-    out = os.fspath(sink.out)
-    for r in ordered:
-        if not strict:
-            build_errors(r)
+    def _place(self, r: GroupResult, errors: bool) -> None:
+        report, sink = self.report, self.sink
+        report.empty += r.empty
+        if r.reason is not None and len(self.reasons) < MAX_REASONS:
+            self.reasons.append(r.reason)
+        if r.unnamed is not None:
+            self.unnamed.append(r.unnamed)
+        if errors and r.error is not None:
+            report.errors.append(r.error)
         for number, item in enumerate(r.sessions):
             report.sessions += 1
             report.warnings.extend(f"{item.name}: {w}" for w in item.warnings)
             if not item.selected:
                 report.skipped += 1
                 continue
-            slug = unique_slug(item.slug_text, item.key, taken)
+            slug = unique_slug(item.slug_text, item.key, self.taken)
             if slug != item.slug and item.error is None:  # another session took its slug: render it again
-                group = by_index[r.index]
-                again = run_batch([group], {f: frames[f] for f in group.frames}, settings, {(r.index, number): slug})
+                group = self.by_index[r.index]
+                again = run_batch([group], {f: self.frames[f] for f in group.frames}, self.settings,
+                                  {(r.index, number): slug})
                 item = again[0].sessions[number]
             if item.error is not None:
                 report.errors.append(item.error)
@@ -472,9 +536,9 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
                 dest = sink.out / slug
                 try:
                     staged = cast(str, item.staged)
-                    target = os.path.join(out, slug)
-                    if os.path.exists(target) or not os.path.isdir(out):  # replace (--force) or refuse, or re-make out
-                        place_directory(Path(staged), dest, force=sink.force)
+                    target = os.path.join(self.out, slug)
+                    if os.path.exists(target) or not os.path.isdir(self.out):  # replace (--force) or refuse,
+                        place_directory(Path(staged), dest, force=sink.force)  # or re-make out
                     else:  # the common case, without place_directory's Path calls
                         os.rename(staged, target)
                     report.written.append(dest)
@@ -482,12 +546,8 @@ def _write_in_order(report: ImportReport, sink: DirectorySink, ready: list[Sessi
                     report.errors.append(str(e))
                 except Exception as e:  # noqa: BLE001 - one bad session must not sink the others
                     report.errors.append(f"session {item.key}: not written: {type(e).__name__}: {e}")
-            if progress:
-                progress("sessions", len(report.written))
-    for session in joined:
-        write_direct(session)
-    if report.found_nothing and not ready:
-        report.why_none = (max(reasons)[1] if reasons else "the input holds no spans")
+            if self.progress:
+                self.progress("sessions", len(report.written))
 
 
 def _import_serial(

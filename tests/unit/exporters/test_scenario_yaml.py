@@ -82,3 +82,14 @@ def test_the_resolver_fast_path_gives_the_safe_resolvers_tags():
     Shouting.add_implicit_resolver("!shout", re.compile(r"^HEY$"), list("H"))
     assert Shouting(io.StringIO()).resolve(yaml.ScalarNode, "HEY", (True, False)) == "!shout"
     assert ours.resolve(yaml.ScalarNode, "HEY", (True, False)) == "tag:yaml.org,2002:str"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), st.none() | st.booleans() | st.text(max_size=20)
+                       | st.integers() | st.floats() | st.lists(st.text(max_size=3), max_size=2), max_size=4))
+def test_imported_md_source_block_is_the_stdlib_json(source):
+    """IMPORTED.md's source block: orjson for a flat object of strings, booleans and nulls (control characters,
+    quotes, lone surrogates included), the stdlib otherwise: the same text either way."""
+    import json
+
+    assert scenario._indented_json(source) == json.dumps(source, indent=2, ensure_ascii=False)

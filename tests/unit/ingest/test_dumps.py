@@ -436,3 +436,26 @@ def test_generic_jsonl_violations(tmp_path, bad, message):
     errors = [i for i in items if isinstance(i, LineError)]
     assert len(errors) == 1 and errors[0].line == 2 and message in errors[0].message, errors
     assert sum(isinstance(i, SpanRecord) for i in items) == 2
+
+
+def test_contract_a_is_recognised_without_importing_its_models(tmp_path):
+    """`detect_format` knows Contract A by the contract's own suffix and version key (kept in dumps.py so that
+    `wt-otel import` does not import the envelope's models at start), and a fresh interpreter reading a dump
+    does not import them."""
+    import subprocess
+    import sys
+
+    from wt_otel.contracts import envelope
+    from wt_otel.ingest import dumps
+
+    assert dumps.WTIN_SUFFIX == envelope.SUFFIX
+    key = f'"{envelope.VERSION_KEY}"'.encode()
+    assert key == dumps._WTIN_KEY
+    named, sniffed = tmp_path / f"a{envelope.SUFFIX}", tmp_path / "b.json"
+    named.write_text("{}")
+    sniffed.write_text(json.dumps({envelope.VERSION_KEY: 1, "messages": []}))
+    assert dumps.detect_format(named) == dumps.detect_format(sniffed) == "wtin"
+    code = ("import sys; from wt_otel.ingest import dumps; dumps.detect_format(sys.argv[1]); "
+            "print('wt_otel.contracts.envelope' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(sniffed)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

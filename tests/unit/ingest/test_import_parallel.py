@@ -9,6 +9,8 @@ and --flagged-only are compared, with --jobs 1 and with worker processes.
 from __future__ import annotations
 
 import gc
+import json
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,42 @@ def test_parallel_import_writes_what_the_single_process_import_writes(big, tmp_p
     same(expected, parallel(paths, tmp_path / "out", jobs=jobs, batch_sessions=97))
 
 
+def test_bench_dump_imports_identically_over_many_batches(tmp_path):
+    """The benchmark's own dump (`bench/import_throughput.py`: the collector's length-prefixed protobuf
+    stream, 500 spans a message, so each message holds parts of several batches' sessions at batch
+    sizes that do not divide 50): one worker, two workers and the single-process reference write the
+    same files and report."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from import_throughput import write_dump as write_bench_dump
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    dump = tmp_path / "bench.pb"
+    write_bench_dump(dump, 3000)
+    expected = reference([dump], tmp_path / "ref")
+    assert expected[0]["sessions"] == 300 and len(expected[1]) == 6 * 300
+    for jobs in (1, 2):
+        same(expected, parallel([dump], tmp_path / f"new{jobs}", jobs=jobs, batch_sessions=37))
+
+
+def test_sessions_are_placed_while_the_workers_build_the_rest(tmp_path):
+    """Without --strict the main process moves each session into place as soon as it and every session
+    before it are built: the progress counts directories already in place, from the first batch on,
+    and the output is still the single-process import's."""
+    paths = write_dump(tmp_path / "dump", sessions=120, seed=17)
+    out = tmp_path / "out"
+    seen: list[tuple[int, int]] = []
+
+    def progress(what: str, n: int) -> None:
+        if what == "sessions":
+            seen.append((n, sum(1 for p in out.iterdir() if not p.name.startswith("."))))
+
+    report = import_dumps(paths, ScenarioDirWriter(out), jobs=2, batch_sessions=4, progress=progress)
+    assert len(report.written) > 100 and seen[0][0] < len(report.written)
+    assert all(n == placed for n, placed in seen), seen[:5]
+    same(reference(paths, tmp_path / "ref"), (view(report, out), tree(out)))
+
+
 def fixture_dumps() -> list[Path]:
     found = [p for p in PRODUCERS.glob("*/*") if p.name.startswith(("dump", "trace")) and p.parent.name[0] != "_"]
     return sorted(found) + [ROOT / "examples" / "dumps" / "support-agent.otlp.jsonl"]
@@ -146,6 +184,32 @@ def test_strict_stops_before_writing_anything(tmp_path):
         import_dumps(paths[:2], ScenarioDirWriter(tmp_path / "new"), strict=True, jobs=2, batch_sessions=4)
     assert str(new.value) == str(ref.value) and "warning(s), e.g. session" in str(new.value)
     assert not (tmp_path / "new").exists() and not (tmp_path / "ref").exists()
+
+
+def test_strict_joins_continuations_once(tmp_path):
+    """--strict judges the joined continuations before writing, then writes those same sessions: joining
+    changes the sessions it joins, so it happens once (two conversations without an id, each continued
+    by a second trace; no warnings, so strict writes them)."""
+    from tests.support.conversations import FIRST_A, FIRST_Q, turn
+
+    def said(role: str, text: str) -> dict[str, Any]:
+        return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+    traces = []
+    for c in range(2):
+        question, more = f"{FIRST_Q} ({c})", f"and then, for {c}?"
+        traces += [turn(2 * c, c, [said("user", question)], FIRST_A, 1000 + c * 10_000, None),
+                   turn(2 * c + 1, c, [said("user", question), said("assistant", FIRST_A), said("user", more)],
+                        f"then {c}", 5000 + c * 10_000, None)]
+    dump = tmp_path / "dump.pb"
+    dump.write_bytes(as_proto([r for t in traces for r in t.records], per_request=3))
+    expected = reference([dump], tmp_path / "ref", strict=True)
+    assert expected[0]["sessions"] == 2 and not expected[0]["warnings"]
+    for jobs in (1, 2):
+        got = parallel([dump], tmp_path / f"new{jobs}", strict=True, jobs=jobs, batch_sessions=1)
+        same(expected, got)
+    envelope = json.loads(expected[1][f"{expected[0]['written'][0]}/incident.wtin.json"])
+    assert len(envelope["messages"]) == 4 and len(envelope["provenance"]["trace_ids"]) == 2
 
 
 def test_cli_jobs_output_and_exit_code(tmp_path):
