@@ -66,7 +66,9 @@ def serve(ctx: click.Context, config_path: Path | None, grpc_endpoint: str | Non
     one object per line); info to stdout, warnings and errors to stderr.
 
     An export is acknowledged once fsynced to DATA_DIR/segments (`durability:`);
-    a restart replays what was acknowledged but not yet written. SIGTERM / SIGINT
+    a restart replays what was acknowledged but not yet written. With two cores
+    or more the receivers run in a process of their own, fed to this one through
+    the segment log (`processes.receivers`); if it dies, serve exits 1. SIGTERM / SIGINT
     stop the receivers, process what was acknowledged and write open sessions
     until `durability.shutdown_deadline` (the rest waits in the segment log for
     the next start), let the replay in flight finish (bounded), and exit 0.
