@@ -237,8 +237,12 @@ class RssSampler:
             self.cpu += self._cpu()
         end = self._tree()
         self.per_process: dict[str, float] = {}  # role -> CPU seconds over the run (every process of that role)
+        self.peak_rss: dict[str, int] = {}  # role -> the largest VmHWM (MiB) of a process of that role
         for pid, (role, cpu) in end.items():
             self.per_process[role] = self.per_process.get(role, 0.0) + cpu - self._start_tree.get(pid, ("", 0.0))[1]
+            with contextlib.suppress(OSError, AttributeError):
+                hwm = int(re.search(r"VmHWM:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1)) // 1024
+                self.peak_rss[role] = max(self.peak_rss.get(role, 0), hwm)
         with contextlib.suppress(OSError, AttributeError):
             self.hwm = self._read()[1]
             text = Path(f"/proc/{self.pid}/status").read_text()
@@ -248,8 +252,12 @@ class RssSampler:
 
     def summary(self) -> str:
         s = self.samples or [0]
+        others = {role: mib for role, mib in getattr(self, "peak_rss", {}).items() if role not in ("server",
+                                                                                                  "session core")}
         return f"RSS start {s[0]} / max {max(s)} / end {s[-1]} MiB (VmHWM {self.hwm} MiB, {len(s)} samples)" + \
-            (f"; at the end {self.parts} MiB" if self.parts else "")
+            (f"; at the end {self.parts} MiB" if self.parts else "") + \
+            (f"; peak RSS of its other processes: {', '.join(f'{r} {m} MiB' for r, m in sorted(others.items()))}"
+             if others else "")
 
 
 class Server:
