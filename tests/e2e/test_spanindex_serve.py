@@ -115,6 +115,11 @@ def run(tmp_path: Path, mode: str) -> tuple[Path, dict[str, float], str]:
         while (metrics := serve.metrics()).get("wt_otel_queue_depth", 0) > 0:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        # with a receiver process, each side's counters reach the other's /metrics every 0.1 s: read until
+        # two reads agree
+        while (again := (time.sleep(0.25), serve.metrics())[1]) != metrics:
+            assert time.monotonic() < deadline
+            metrics = again
     finally:
         log = serve.stop()
     return data, metrics, log
