@@ -10,7 +10,8 @@ seconds per session, its degraded components), so the receivers admit on the ses
 each side's metrics go to the other every 0.1 s, so /metrics (served by the receiver process) shows both.
 
 If the receiver process exits on its own, `failed` says why and `wt-otel serve` exits 1: a supervisor
-restarts it, and the start replays what was acknowledged.
+restarts it, and the start replays what was acknowledged. So does a live entry that cannot be read back (EIO): it
+stays pinned, never skipped (a replayed one that cannot be read is skipped, as before).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from wt_otel.serve.segments import SEGMENTS, SIGNALS, read_entry, split
 
 log = logging.getLogger("wt_otel.serve.feed")
 
-START_TIMEOUT = 120.0  # seconds for the receiver process to open (repair, checksum) the log and bind its ports
+START_TIMEOUT = 120.0  # seconds for the receiver process to open (repair, checksum) the log and bind its ports,
+# and, while it replays the log, the longest silence (no entry sent, none consumed): a replay of gigabytes takes longer
 STATUS_EVERY = 0.005  # at most one status per this many seconds (they coalesce under load)
 METRICS_EVERY = 0.1
 
@@ -55,6 +57,8 @@ def entry_records(signal: str, pos: int, data: bytes, screen: Any) -> list[Recor
             kept = decode(Signal(signal), data, Encoding.PROTOBUF).records
         except MalformedRequest:
             return None
+        if screen is not None:  # as the receivers do: the filter knows a log's GenAI trace before the next entry
+            screen.note_decoded(kept)  # is screened here, not once the pipeline consumed this one (it lags)
     for record in kept:
         record.segment_pos = pos
     return list(kept)
@@ -86,6 +90,7 @@ class ReceiverProcess:
         self._replay_end = 0
         self._replayed = [0, 0, 0]  # requests, records, unreadable
         self._answer: tuple | None = None
+        self._heard = 0.0  # when the receiver process last sent something or the pipeline consumed (monotonic)
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ start
@@ -121,12 +126,15 @@ class ReceiverProcess:
                          threading.Thread(target=self._report, name="wt-otel-status", daemon=True)]
         for t in self._threads:
             t.start()
+        self._heard = time.monotonic()
         self._send(("go", by_reference))
-        deadline = time.monotonic() + START_TIMEOUT
+        # the replay comes first and takes as long as the log past the checkpoint: only silence is a failure (a
+        # deadline on the whole start failed every restart of a long backlog, and no checkpoint moved meanwhile)
         while not self._ready.wait(0.1):
-            if self.failed is not None or time.monotonic() > deadline:
+            if self.failed is not None or time.monotonic() - self._heard > START_TIMEOUT:
                 self._kill()
-                raise RuntimeError(self.failed or f"the receiver process did not start within {START_TIMEOUT:g}s")
+                raise RuntimeError(self.failed or f"the receiver process did not start: nothing replayed nor sent "
+                                                  f"for {START_TIMEOUT:g}s")
         requests, records, bad = self._replayed
         if requests or bad:
             note = f"replayed {requests} request(s), {records} record(s), from the segment log past its checkpoint"
@@ -164,6 +172,7 @@ class ReceiverProcess:
         try:
             while True:
                 message = self._conn.recv()
+                self._heard = time.monotonic()
                 kind = message[0]
                 if kind == "refs":
                     self._take_refs(message[1], message[2], message[3])
@@ -182,6 +191,10 @@ class ReceiverProcess:
                     self.failed = message[1]
         except (EOFError, OSError):
             pass
+        except Exception as e:  # noqa: BLE001 - a bug: without this thread nothing is consumed, serve would hang on
+            log.exception("the feed from the receiver process failed")  # (refusing every export); it stops instead
+            self.failed = f"the feed from the receiver process failed: {type(e).__name__}: {e}"
+            self._kill()  # as kill -9: what it acknowledged is in the log, past the checkpoint
         if not self._done and self.failed is None:
             code = self._proc.wait() if self._proc is not None else None
             self.failed = f"the receiver process exited unexpectedly (exit code {code})"
@@ -209,9 +222,16 @@ class ReceiverProcess:
             why = "not an OTLP request"
         except ValueError as e:
             records, why = None, str(e)
+        if records is None and not replayed:
+            # acknowledged and fsynced moments ago: skipping it would let the checkpoint pass it (lost). It stays
+            # pending, so pinned; serve stops (exit 1) and the restart replays it (skipped then if it is damaged)
+            self.failed = f"segment entry {pos} ({signal}), acknowledged, cannot be read back: {why}"
+            log.error("%s: serve stops; a restart replays it", self.failed)
+            with self._lock:
+                self._pending.append((seq, pos))
+            return
         if records is None:
-            if replayed:
-                self._replayed[2] += 1
+            self._replayed[2] += 1
             log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, why)
         elif replayed:
             self._replayed[0] += 1
@@ -235,6 +255,7 @@ class ReceiverProcess:
 
     def _on_consumed(self, pos: int) -> None:
         """The pipeline consumed the entry at `pos` (entries are consumed in the order they were put)."""
+        self._heard = time.monotonic()
         with self._lock:
             if self._pending and self._pending[0][1] == pos:
                 self._consumed = self._pending.popleft()[0]

@@ -156,16 +156,20 @@ class RemotePipeline:
     def _send_entry(self, position: int, n: int, nbytes: int, cost: float, refs: list | None = None) -> bool:
         """Send one entry: its span index runs when there are (the session core takes them as they are: ~0.05 ms
         to unpickle, against ~0.4 ms to read the entry back and walk it again), else its position alone."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._seq += 1
-            seq = self._seq
-            self._in_flight.append((seq, position, n, nbytes, cost, time.monotonic()))
-            self._queued += n
-            self._queued_bytes += nbytes
-            self._queued_cost += cost
-        self.send(("entry", seq, position) if refs is None else ("refs", seq, position, refs))
+        # sent in the order of `seq`, under the lock that numbers it: the session core's `consumed` is the seq of the
+        # last entry it took in arrival order, and each one up to it is released here (an entry numbered before one
+        # sent ahead of it was released unconsumed, and the checkpoint passed it)
+        with self._send_lock:
+            with self._lock:
+                if self._closed:
+                    return False
+                self._seq += 1
+                seq = self._seq
+                self._in_flight.append((seq, position, n, nbytes, cost, time.monotonic()))
+                self._queued += n
+                self._queued_bytes += nbytes
+                self._queued_cost += cost
+            self.conn.send(("entry", seq, position) if refs is None else ("refs", seq, position, refs))
         return True
 
     # ------------------------------------------------------------------ what the serve process tells
@@ -311,6 +315,10 @@ def _read(conn: Connection, pipeline: RemotePipeline, metrics: Metrics, orders: 
                 orders.append(message)
                 stop.set()
     except (EOFError, OSError):
+        orders.append(("eof",))
+        stop.set()
+    except Exception:  # a bug: without this thread nothing is released; exit (serve then exits 1) rather than hang
+        log.exception("the link to the serve process failed")
         orders.append(("eof",))
         stop.set()
 
