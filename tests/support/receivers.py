@@ -4,6 +4,8 @@ admission): `HttpReceivers().start(**ReceiversConfig fields)`, `stop()` ends eve
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -52,3 +54,13 @@ def slow_body(port: int, length: int = 1000) -> socket.socket:
     s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
               b"Content-Length: %d\r\n\r\nx" % length)
     return s
+
+
+def post_traces(url: str, body: bytes) -> int:
+    """POST an OTLP/protobuf traces request to serve's HTTP base `url`; the status code (errors included)."""
+    req = urllib.request.Request(url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code

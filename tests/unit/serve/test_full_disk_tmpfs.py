@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from tests.support.hostile import genai_session, tid, to_request
+from tests.support.receivers import post_traces
 from wt_otel.exporters.datadir import read_index
 from wt_otel.serve.config import AssemblerConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.server import Server
@@ -35,13 +36,7 @@ def tmpfs(tmp_path):
 
 
 def _post(url: str, n: int) -> int:
-    req = urllib.request.Request(url + "/v1/traces", data=to_request(genai_session(tid(n))).SerializeToString(),
-                                 headers={"Content-Type": "application/x-protobuf"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
+    return post_traces(url, to_request(genai_session(tid(n))).SerializeToString())
 
 
 def _healthz(url: str) -> int:

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from tests.support.hostile import genai_session, tid, to_request
+from tests.support.receivers import post_traces
 from wt_otel.exporters.datadir import read_index
 from wt_otel.model.spans import SpanRefs
 from wt_otel.serve.config import AssemblerConfig, DataDirConfig, ReceiversConfig, ServeConfig
@@ -34,15 +35,6 @@ from wt_otel.serve.server import Server
 def _config(data_dir: Path, **kw) -> ServeConfig:
     return ServeConfig(data_dir=data_dir, receivers=ReceiversConfig(grpc_endpoint=None, http_endpoint="127.0.0.1:0"),
                        assembler=AssemblerConfig(idle_timeout=0.3, grace=0.05), processes={"receivers": 1}, **kw)
-
-
-def _post(url: str, body: bytes) -> int:
-    req = urllib.request.Request(url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def _metrics(url: str) -> str:
@@ -87,8 +79,8 @@ def test_the_receivers_run_apart_from_the_session_core_and_metrics_show_both(tmp
         assert server.feed is not None and server.feed.pid != os.getpid() and _alive(server.feed.pid)
         assert _receiver_pid(os.getpid()) == server.feed.pid
         assert server.segments is None  # the log is the receiver process's; this one only reads it
-        assert _post(server.http_url, to_request(genai_session(tid(1)) + genai_session(tid(2))).SerializeToString()) \
-            == 200
+        body = to_request(genai_session(tid(1)) + genai_session(tid(2))).SerializeToString()
+        assert post_traces(server.http_url, body) == 200
         _wait(lambda: {tid(1), tid(2)} <= _written(tmp_path / "data"))
         # spans are counted where they are received, sessions where they are written: each side shows both
         _wait(lambda: server.metrics.get("wt_otel_spans_received_total") > 0)
@@ -109,9 +101,9 @@ def test_a_late_span_and_a_log_record_reach_the_session_through_the_receiver_pro
     server = Server(_config(tmp_path / "data", datadir=DataDirConfig(render="all")), quiet=True).start()
     try:
         first = genai_session(tid(3))
-        assert _post(server.http_url, to_request(first[:-1]).SerializeToString()) == 200
+        assert post_traces(server.http_url, to_request(first[:-1]).SerializeToString()) == 200
         _wait(lambda: tid(3) in _written(tmp_path / "data"))
-        assert _post(server.http_url, to_request(first[-1:]).SerializeToString()) == 200
+        assert post_traces(server.http_url, to_request(first[-1:]).SerializeToString()) == 200
         _wait(lambda: max(e.get("revision", 0) for e in read_index(tmp_path / "data").entries
                           if tid(3) in (e.get("trace_ids") or ())) >= 2)
     finally:
@@ -190,12 +182,23 @@ class _Serve:
         return "".join(self.lines) + out
 
 
+def _restart_writes(data: Path, trace_id: str) -> None:
+    """A new `wt-otel serve` on `data` writes `trace_id`'s session (replayed from the log), then stops cleanly."""
+    again = _Serve(data)
+    try:
+        _wait(lambda: trace_id in _written(data))
+    finally:
+        again.proc.send_signal(signal.SIGTERM)
+        again.rest()
+    assert again.proc.returncode == 0
+
+
 def test_a_receiver_process_killed_stops_serve_with_exit_1_and_the_next_start_writes_what_it_acked(
         tmp_path: Path) -> None:
     data = tmp_path / "data"
     serve = _Serve(data)
     try:
-        assert _post(serve.url, to_request(genai_session(tid(5))).SerializeToString()) == 200
+        assert post_traces(serve.url, to_request(genai_session(tid(5))).SerializeToString()) == 200
         os.kill(_receiver_pid(serve.proc.pid), signal.SIGKILL)
         out = serve.rest()
     finally:
@@ -203,26 +206,15 @@ def test_a_receiver_process_killed_stops_serve_with_exit_1_and_the_next_start_wr
             serve.proc.kill()
     assert serve.proc.returncode == 1
     assert "receiver process exited unexpectedly" in out and "Traceback" not in out
-    again = _Serve(data)
-    try:
-        _wait(lambda: tid(5) in _written(data))
-    finally:
-        again.proc.send_signal(signal.SIGTERM)
-        again.rest()
-    assert again.proc.returncode == 0
+    _restart_writes(data, tid(5))
 
 
 def test_serve_killed_takes_its_receiver_process_down_and_loses_nothing_acked(tmp_path: Path) -> None:
     data = tmp_path / "data"
     serve = _Serve(data)
     receiver = _receiver_pid(serve.proc.pid)
-    assert _post(serve.url, to_request(genai_session(tid(6))).SerializeToString()) == 200
+    assert post_traces(serve.url, to_request(genai_session(tid(6))).SerializeToString()) == 200
     serve.proc.kill()
     serve.rest()
     _wait(lambda: not _alive(receiver), timeout=10)  # no orphan left holding the port or the log
-    again = _Serve(data)
-    try:
-        _wait(lambda: tid(6) in _written(data))
-    finally:
-        again.proc.send_signal(signal.SIGTERM)
-        again.rest()
+    _restart_writes(data, tid(6))
