@@ -92,7 +92,10 @@ def _pb_attrs(kvs: Any) -> dict[str, Any]:
     for kv in kvs:
         v = kv.value
         kind = v.WhichOneof("value")
-        out[kv.key] = getattr(v, kind) if kind in _SCALARS else _pb_value(v)
+        if kind == "string_value":  # most attributes: an attribute read, not a getattr by name
+            out[kv.key] = v.string_value
+        else:
+            out[kv.key] = getattr(v, kind) if kind in _SCALARS else _pb_value(v)
     return out
 
 

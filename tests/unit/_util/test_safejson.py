@@ -57,3 +57,38 @@ def test_subclasses_and_nulls():
     data = {"text": "null and nullable", "x": None, "deep": [[{"r": float("-inf")}]]}
     assert json.loads(safejson.dumps(data, notes=notes))["deep"] == [[{"r": "-inf"}]]
     assert notes == ["deep[0][0].r: non-finite number kept as text"]
+
+
+def test_the_prefilter_finds_every_non_finite_encoding():
+    """marshal's bytes say where a float can be odd: NaN payloads, signs, a float met twice (written once,
+    then as a reference), at any depth; the largest finite floats and look-alike text are no NaN."""
+    import struct
+
+    payloads = [float("nan"), float("inf"), float("-inf"), -float("nan"),
+                struct.unpack("<d", b"\x01\x00\x00\x00\x00\x00\xf8\x7f")[0],
+                struct.unpack("<d", b"\xff\xff\xff\xff\xff\xff\xff\xff")[0]]
+    for odd in payloads:
+        shared = [odd]
+        assert safejson._has_float_oddity({"a": shared, "b": shared, "c": [1.5, {"d": odd}]})
+        assert safejson._has_float_oddity(odd)
+        assert safejson._has_float_oddity([[[[[[odd]]]]]])
+        deep: object = odd
+        for _ in range(3000):  # deeper than marshal goes: the walk decides alone
+            deep = [deep]
+        assert safejson._has_float_oddity(deep)
+    finite = {"max": 1.7976931348623157e308, "min": -1.7976931348623157e308, "tiny": 5e-324,
+              "text": "g\x00\x00\x00\x00\x00\x00\xf0\x7f \xff\U0001f600", "big": 2**80, "neg": -1}
+    assert not safejson._has_float_oddity(finite)
+
+
+def test_plain_finite_data_is_cleared_without_the_walk(monkeypatch):
+    """The common case (trace data: text, ints, finite floats) never pays for the Python walk."""
+    def walk(data):
+        raise AssertionError("walked")
+
+    monkeypatch.setattr(safejson, "_walk_for_odd_floats", walk)
+    doc = {"messages": [{"role": "user", "parts": [{"type": "text", "content": "Lorem ipsum " * 200}]}],
+           "usage": {"input_tokens": 100, "cost": 0.25}, "x": None, "ids": list(range(300)),
+           "bytes_like_a_pickled_nan": "G\x7f\U00010000"}
+    assert not safejson._has_float_oddity(doc)
+    assert safejson.dumps(doc) == orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
