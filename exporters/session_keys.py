@@ -127,7 +127,7 @@ class SessionKeys:
         self._reserved.add(name)
 
     def slug_taken(self, slug: str) -> bool:
-        return slug in self._by_slug or slug in self._reserved or self.key_of(slug) is not None
+        return slug in self._reserved or self.key_of(slug) is not None  # `key_of` asks `_by_slug` first
 
     def key_of(self, slug: str) -> str | None:
         """The key a slug was given to, or None."""
@@ -272,9 +272,14 @@ class _Bloom:
         h = hash(text)
         step = (h >> 32) | 1
         for bits, mask in self._filters:
-            a, b, c = h & mask, (h + step) & mask, (h + 2 * step) & mask
-            if bits[a >> 3] & (1 << (a & 7)) and bits[b >> 3] & (1 << (b & 7)) and bits[c >> 3] & (1 << (c & 7)):
-                return True
+            # a probe at a time: nearly every question is a new string, answered by its first or second probe
+            a = h & mask
+            if bits[a >> 3] & (1 << (a & 7)):
+                b = (h + step) & mask
+                if bits[b >> 3] & (1 << (b & 7)):
+                    c = (h + 2 * step) & mask
+                    if bits[c >> 3] & (1 << (c & 7)):
+                        return True
         return False
 
 

@@ -119,6 +119,15 @@ def _take(run: list[Held], n: int) -> tuple[list[Held], list[Held]]:
     return run, []
 
 
+def _unmarked_refs(held: list[Held]) -> bool:
+    """Whether a group holds only spans kept by reference, none with a flag or feedback key (a loop, not `all()`
+    over a generator: asked for every session, most of which hold one run)."""
+    for record in held:  # noqa: SIM110 - see above
+        if not isinstance(record, SpanRefs) or record.marks:
+            return False
+    return True
+
+
 def _copy(record: Record) -> Record:
     """`attach_logs` appends to span.events; a revision rebuilds from the same records."""
     return dataclasses.replace(record, events=list(record.events)) if isinstance(record, SpanRecord) else record
@@ -211,9 +220,10 @@ class SessionAssembler:
                     self.metrics.inc("wt_otel_records_dropped_total", reason="no_trace_id")
                     continue
                 conv = record.conversation if isinstance(record, SpanRefs) else conversation_id(record.attributes)
-                run = runs.get((trace_id, conv))
+                ids = (trace_id, conv)
+                run = runs.get(ids)
                 if run is None:
-                    runs[(trace_id, conv)] = [record]
+                    runs[ids] = [record]
                 else:
                     run.append(record)
             for (trace_id, conv), run in runs.items():
@@ -330,7 +340,8 @@ class SessionAssembler:
         self._attach(group, run, trace_id, conv, now)
         if group.count >= self.max_records_per_session:
             self._emit(group, now, complete=False, reason="max_records_per_session")
-        self._enforce_bytes(now)
+        if self._open_bytes + self._retained_bytes > self.max_held_bytes:  # rare: not a call per run
+            self._enforce_bytes(now)
         while len(self._open) > self.max_open_sessions:  # the one just touched is the most recent: never it
             oldest = next(iter(self._open.values()))
             if oldest.root_ended and oldest.traces <= oldest.roots:
@@ -481,7 +492,7 @@ class SessionAssembler:
             self.metrics.inc("wt_otel_sessions_flushed_incomplete_total", reason=reason)
         held = group.held
         try:
-            if self.keep_by_reference is not None and all(isinstance(r, SpanRefs) and not r.marks for r in held):
+            if self.keep_by_reference is not None and _unmarked_refs(held):
                 indexed = IndexedSession(group.key, list(held), complete and group.continuation_of is None,  # type: ignore[arg-type]
                                          self._warnings(group))
                 if self.keep_by_reference(indexed):

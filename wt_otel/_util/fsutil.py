@@ -26,7 +26,12 @@ MAX_SLUG = 48
 
 def safe_slug(text: str, fallback: str = "session") -> str:
     """A lowercase `[a-z0-9-]` slug of at most 48 characters; never empty, never a dot name."""
-    slug = _UNSAFE.sub("-", str(text).lower()).strip("-")[:MAX_SLUG].strip("-")
+    slug = str(text).lower()
+    # ids (trace ids, `conv-<id>-<n>`) are slugs already but for case: serve names a session per key, and the
+    # regex (which turns each run of other characters into one "-") costs 4x these checks
+    if not (slug.isascii() and slug.replace("-", "").isalnum() and "--" not in slug):
+        slug = _UNSAFE.sub("-", slug)
+    slug = slug.strip("-")[:MAX_SLUG].strip("-")
     return slug or fallback
 
 
