@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from wt_otel.components import StageContext, StageType
+from wt_otel.ingest.dialects.common import conversation_id
 from wt_otel.ingest.flags import FEEDBACK_KEYS
 from wt_otel.ingest.keys import (
     CONVERSATION_KEYS,
@@ -64,9 +65,10 @@ SPAN_NAME_PREFIXES = GENAI_SPAN_NAME_PREFIXES
 def is_genai(record: Record) -> bool:
     """Whether this record on its own carries GenAI evidence (keys and names only).
 
-    A record that names a conversation (`session.id`, ... : `CONVERSATION_KEYS`) and carries user feedback
-    (a key of the default flag rules) counts too: a thumbs-down sent as its own span, with only the session
-    id, is what flags that session, and `wt-otel import` reads it so."""
+    A record that names a conversation (a usable id under `session.id`, ... : `dialects.common.conversation_id`)
+    and carries user feedback (a key of the default flag rules) counts too: a thumbs-down sent as its own span,
+    with only the session id, is what flags that session, and `wt-otel import` reads it so. The same rule as the
+    receivers' on the span index (`genai or conversation and marks`)."""
     conversation = False
     model = 0
     for key in record.attributes:
@@ -79,18 +81,21 @@ def is_genai(record: Record) -> bool:
         return True
     if isinstance(record, LogRecord):
         name = record.event_name or str(record.attributes.get("event.name") or "")
-        return is_genai_event_name(name) or (conversation and _feedback(record.attributes))
+        return is_genai_event_name(name) or (conversation and _feedback(record.attributes)
+                                             and conversation_id(record.attributes) is not None)
     if record.name.startswith(SPAN_NAME_PREFIXES):
         return True
     return any(is_genai_event_name(e.name) for e in record.events) or (conversation and (
-        _feedback(record.attributes) or any(_feedback(e.attributes) for e in record.events)))
+        _feedback(record.attributes) or any(_feedback(e.attributes) for e in record.events))
+        and conversation_id(record.attributes) is not None)
 
 
 _CONVERSATION_KEYS = frozenset(CONVERSATION_KEYS)
 
 
 def _feedback(attributes: Mapping[str, object]) -> bool:
-    """Whether any key is a feedback key of the default flag rules (the span index's marks)."""
+    """Whether any key is a feedback key of the default flag rules (the span index's marks; its incident keys are
+    GenAI keys already)."""
     return any(fnmatchcase(k, p) for k in attributes for p in FEEDBACK_KEYS)
 
 

@@ -75,8 +75,10 @@ def _is_mark(key: str) -> bool:
 
 
 def view(entries: list[SpanEntry]) -> list[tuple[Any, ...]]:
-    """Entries as comparable tuples (reprs of the marks: NaN != NaN)."""
-    return [(*e[:6], repr(e.marks)) for e in entries]
+    """Entries as comparable tuples (reprs of the marks: NaN != NaN), GenAI as the receivers judge it from an
+    entry: its own evidence, or a usable conversation id with a mark (`genai_filter.is_genai`'s rule)."""
+    return [(e[0], e[1], e[2], e.genai or (e.conversation is not None and bool(e.marks)), *e[4:6], repr(e.marks))
+            for e in entries]
 
 
 def truth(body: bytes) -> list[tuple[Any, ...]]:
