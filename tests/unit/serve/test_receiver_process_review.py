@@ -22,7 +22,8 @@ import pytest
 from tests.support.hostile import genai_session, tid, to_otlp_json, to_request
 from tests.support.importdump import logs_request
 from tests.support.livehelpers import http_span, log_event
-from tests.unit.serve.test_receiver_process import _config, _post, _wait, _written
+from tests.support.receivers import post_traces as _post
+from tests.unit.serve.test_receiver_process import _config, _wait, _written
 from wt_otel.model.spans import LogRecord
 from wt_otel.processors.genai_filter import GenAIFilter
 from wt_otel.serve import feed
