@@ -16,6 +16,7 @@ stays pinned, never skipped (a replayed one that cannot be read is skipped, as b
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import subprocess
@@ -42,16 +43,20 @@ STATUS_EVERY = 0.005  # at most one status per this many seconds (they coalesce 
 METRICS_EVERY = 0.1
 
 
-def entry_records(signal: str, pos: int, data: bytes, screen: Any) -> list[Record | SpanRefs] | None:
+def entry_records(signal: str, pos: int, data: bytes, screen: Any,
+                  metrics: Metrics | None = None) -> list[Record | SpanRefs] | None:
     """The records of one segment-log entry as the pipeline takes them: the span index's `SpanRefs` of the spans
     the GenAI filter keeps when `screen` is given (serve keeps sessions by reference), else the decoded records,
-    each carrying `pos`. None when the entry cannot be read as an OTLP request (said by the caller)."""
+    each carrying `pos`. None when the entry cannot be read as an OTLP request (said by the caller). The spans
+    the screen drops are counted in `metrics`, as the pipeline's filter counts those it drops."""
     from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode, index_refs
 
     indexed = index_refs(data, screen, pos) if screen is not None and signal == "traces" else None
     kept: Sequence[Record | SpanRefs]
     if indexed is not None:
         kept = indexed[0]
+        if metrics is not None and (dropped := indexed[1] - count(kept)):
+            metrics.inc("wt_otel_records_dropped_total", dropped, reason="not_genai")
     else:
         try:
             kept = decode(Signal(signal), data, Encoding.PROTOBUF).records
@@ -146,6 +151,7 @@ class ReceiverProcess:
         deadline = time.monotonic() + START_TIMEOUT
         while not self._conn.poll(0.1):
             if self._proc.poll() is not None:
+                self._kill()
                 raise RuntimeError(f"the receiver process exited with code {self._proc.returncode} while starting")
             if time.monotonic() > deadline:
                 self._kill()
@@ -218,7 +224,7 @@ class ReceiverProcess:
         signal = SIGNALS[sig]
         replayed = pos < self._replay_end
         try:
-            records = entry_records(signal, pos, read_entry(directory, pos), self._screen)
+            records = entry_records(signal, pos, read_entry(directory, pos), self._screen, self.metrics)
             why = "not an OTLP request"
         except ValueError as e:
             records, why = None, str(e)
@@ -324,7 +330,11 @@ class ReceiverProcess:
             self._conn.close()
 
     def _kill(self) -> None:
+        """The receiver process down, now (what it acknowledged is in the log), and the socket closed."""
         self._done = True
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()

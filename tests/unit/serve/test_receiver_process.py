@@ -8,6 +8,7 @@ is behind or degraded, and a kill of either process loses nothing that was ackno
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,10 +21,10 @@ import urllib.request
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from tests.support.hostile import genai_session, tid, to_request
+from tests.support.hostile import genai_session, tid, to_otlp_json, to_request
 from tests.support.receivers import post_traces
 from wt_otel.exporters.datadir import read_index
-from wt_otel.model.spans import SpanRefs
+from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.config import AssemblerConfig, DataDirConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import PipelineAdmission
@@ -108,6 +109,25 @@ def test_a_late_span_and_a_log_record_reach_the_session_through_the_receiver_pro
                           if tid(3) in (e.get("trace_ids") or ())) >= 2)
     finally:
         server.stop()
+
+
+def test_spans_the_session_core_screens_out_are_counted(tmp_path: Path) -> None:
+    """OTLP/JSON is decoded by the receivers and screened again by the session core as it reads the entry back: a
+    span of a trace with nothing GenAI is dropped there, and counted as the pipeline's filter would count it."""
+    server = Server(_config(tmp_path / "data"), quiet=True).start()
+    try:
+        other = [SpanRecord(trace_id=tid(8), span_id="00000000000000a1", name="GET /health", start_ns=1, end_ns=2,
+                            resource={"service.name": "web"})]
+        body = json.dumps(to_otlp_json(genai_session(tid(9)) + other)).encode()
+        req = urllib.request.Request(server.http_url + "/v1/traces", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+        _wait(lambda: tid(9) in _written(tmp_path / "data"))
+        _wait(lambda: server.metrics.get("wt_otel_records_dropped_total", reason="not_genai") == 1)
+    finally:
+        server.stop()
+    assert tid(8) not in _written(tmp_path / "data")
 
 
 def _remote(tmp_path: Path, **queue) -> tuple[RemotePipeline, SegmentLog, Connection]:
