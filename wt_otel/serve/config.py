@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from wt_otel.components import PluginError, StageType, UnknownComponent, load_plugin, names
 from wt_otel.ingest.flags import FlaggerConfig, FlagRule, default_flag_rules
+from wt_otel.serve.budget import BudgetConfig
 from wt_otel.serve.receivers.config import ReceiversConfig
 
 __all__ = [
@@ -118,6 +119,13 @@ class QueueConfig(_Strict):
                                          "also the most traces one request may carry")
     session_window: float = Field(30.0, gt=0)
     fair_share_pressure: float = Field(0.5, ge=0, le=1)
+
+    def budget(self) -> BudgetConfig:
+        """What admission control (`wt_otel.serve.budget`) enforces, from these settings."""
+        return BudgetConfig(max_bytes=self.max_bytes, max_batch_fraction=self.max_batch_fraction,
+                            max_records=self.max_queued_records, max_sessions_per_client=self.max_sessions_per_client,
+                            session_window=self.session_window, fair_share_pressure=self.fair_share_pressure,
+                            max_backlog_seconds=self.max_backlog_seconds)
 
 
 class DataDirConfig(_Strict):

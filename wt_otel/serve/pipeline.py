@@ -57,8 +57,9 @@ class PipelineAdmission(enum.Enum):
     UNAVAILABLE = "unavailable"  # the data dir cannot be written (full disk): retry later
 
 
-_VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAdmission.TOO_LARGE,
-             Verdict.UNAVAILABLE: PipelineAdmission.UNAVAILABLE}
+# admission control's refusals as the receivers answer them
+VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAdmission.TOO_LARGE,
+            Verdict.UNAVAILABLE: PipelineAdmission.UNAVAILABLE}
 
 
 class Consumer(Protocol):
@@ -141,7 +142,7 @@ class Pipeline:
             return PipelineAdmission.CLOSED, "wt-otel is shutting down"
         decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.predicted_backlog, client)
         if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason
+            return VERDICTS[decision.verdict], decision.reason
         return PipelineAdmission.ACCEPTED, ""
 
     def offer(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> PipelineAdmission:
@@ -188,7 +189,7 @@ class Pipeline:
         decision = self.admission.check(records, self._queued_bytes, self._queued, client,
                                         self.predicted_backlog, self._write_cost)
         if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason, 0, 0.0
+            return VERDICTS[decision.verdict], decision.reason, 0, 0.0
         return PipelineAdmission.ACCEPTED, "", decision.nbytes, decision.cost
 
     def _enqueue_locked(self, records: Sequence[Record | SpanRefs], nbytes: int, position: int,

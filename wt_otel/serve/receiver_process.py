@@ -52,18 +52,16 @@ from typing import Any
 
 from wt_otel._util.tuning import memory_return, tune_for_serve
 from wt_otel.model.spans import Record, SpanRefs, count
-from wt_otel.serve.budget import AdmissionControl, BudgetConfig, Verdict
+from wt_otel.serve.budget import AdmissionControl, Verdict
 from wt_otel.serve.config import ServeConfig
 from wt_otel.serve.metrics import Metrics
-from wt_otel.serve.pipeline import PipelineAdmission
+from wt_otel.serve.pipeline import VERDICTS, PipelineAdmission
 from wt_otel.serve.segments import SegmentLog
 
 log = logging.getLogger("wt_otel.serve.receiver_process")
 
 TICK = 0.1  # seconds between metrics sent, checkpoints and disk probes
 REPLAY_IN_FLIGHT = 64  # replayed entries sent and not yet consumed, at most (bounded memory in the serve process)
-_VERDICTS = {Verdict.FULL: PipelineAdmission.FULL, Verdict.TOO_LARGE: PipelineAdmission.TOO_LARGE,
-             Verdict.UNAVAILABLE: PipelineAdmission.UNAVAILABLE}
 _OWN = "segment log"  # the degraded component this process owns; the serve process sends the others
 
 
@@ -73,14 +71,8 @@ class RemotePipeline:
 
     def __init__(self, config: ServeConfig, conn: Connection, segments: SegmentLog, metrics: Metrics,
                  screen: Any) -> None:
-        q = config.queue
-        self.max_queued_records = q.max_queued_records
-        self.admission = AdmissionControl(
-            BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
-                         max_records=q.max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
-                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure,
-                         max_backlog_seconds=q.max_backlog_seconds),
-            held=lambda: self._held)
+        self.max_queued_records = config.queue.max_queued_records
+        self.admission = AdmissionControl(config.queue.budget(), held=lambda: self._held)
         self.conn, self.segments, self.metrics = conn, segments, metrics
         self.consumer = screen  # `receivers.common.screen_of` asks the pipeline's head: the GenAI filter
         self.by_reference = False
@@ -130,7 +122,7 @@ class RemotePipeline:
             return PipelineAdmission.FULL, f"the pipeline queue is full ({self._queued} records)"
         decision = self.admission.gate(estimated_bytes, self._queued_bytes, self.predicted_backlog, client)
         if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason
+            return VERDICTS[decision.verdict], decision.reason
         return PipelineAdmission.ACCEPTED, ""
 
     def check(self, records: Sequence[Record | SpanRefs], client: str | None = None) -> tuple[PipelineAdmission, str]:
@@ -139,7 +131,7 @@ class RemotePipeline:
         decision = self.admission.check(records, self._queued_bytes, self._queued, client, self.predicted_backlog,
                                         self._write_cost if self._per_session else None)
         if decision.verdict is not Verdict.ADMIT:
-            return _VERDICTS[decision.verdict], decision.reason
+            return VERDICTS[decision.verdict], decision.reason
         return PipelineAdmission.ACCEPTED, ""
 
     def put(self, records: Sequence[Record | SpanRefs], position: int) -> bool:

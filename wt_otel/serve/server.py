@@ -42,8 +42,8 @@ from wt_otel.ingest import spanindex
 from wt_otel.ingest.capture import capture_hint
 from wt_otel.ingest.sessions import attach_logs, build_session
 from wt_otel.model.session import Session
-from wt_otel.model.spans import Record, SpanRecord, SpanRefs, count
-from wt_otel.serve.budget import AdmissionControl, BudgetConfig
+from wt_otel.model.spans import SpanRecord, count
+from wt_otel.serve.budget import AdmissionControl
 from wt_otel.serve.config import PlannedStage, ServeConfig, StageConfigError, stage_plan
 from wt_otel.serve.metrics import Metrics
 from wt_otel.serve.pipeline import Pipeline
@@ -161,12 +161,8 @@ class SessionPipeline:
         data dir, its health: a full disk stops acknowledging until deferred writes go through."""
         q = self.context.serve_config.queue
         held = getattr(self.assembler, "held_bytes", None)
-        self.admission = AdmissionControl(
-            BudgetConfig(max_bytes=q.max_bytes, max_batch_fraction=q.max_batch_fraction,
-                         max_records=max_queued_records, max_sessions_per_client=q.max_sessions_per_client,
-                         session_window=q.session_window, fair_share_pressure=q.fair_share_pressure,
-                         max_backlog_seconds=q.max_backlog_seconds),
-            held=held if callable(held) else None)
+        self.admission = AdmissionControl(dataclasses.replace(q.budget(), max_records=max_queued_records),
+                                          held=held if callable(held) else None)
         housekeeping: list[Callable[[], object]] = [memory_return.maybe]  # freed heap pages back after large requests
         store = self.store
         if store is not None and hasattr(store, "retry_deferred"):
@@ -564,7 +560,8 @@ class Server:
             log.info("segment log writable again: accepting exports")
 
     def _replay(self, segments: Any, queue: Pipeline) -> None:
-        from wt_otel.serve.receivers.common import Encoding, MalformedRequest, Signal, decode, index_refs, screen_of
+        from wt_otel.serve.feed import entry_records
+        from wt_otel.serve.receivers.common import screen_of
 
         start = segments.checkpoint_position
         segments.pin(start)  # nothing replayed from is deleted while replaying
@@ -572,20 +569,13 @@ class Server:
         screen = screen_of(queue) if queue.by_reference else None
         try:
             for signal, pos, data in segments.replay():
-                indexed = index_refs(data, screen, pos) if screen is not None and signal == "traces" else None
-                if indexed is not None:
-                    kept: Sequence[Record | SpanRefs] = indexed[0]
-                else:
-                    try:
-                        kept = decode(Signal(signal), data, Encoding.PROTOBUF).records
-                    except MalformedRequest as exc:
-                        bad += 1
-                        log.warning("segment entry %d (%s) cannot be read: %s; skipped", pos, signal, exc)
-                        continue
+                kept = entry_records(signal, pos, data, screen, self.metrics)  # as the receiver process's feed does
+                if kept is None:
+                    bad += 1
+                    log.warning("segment entry %d (%s) is not an OTLP request; skipped", pos, signal)
+                    continue
                 if not kept:
                     continue
-                for record in kept:
-                    record.segment_pos = pos
                 while queue.queued > queue.max_queued_records // 2:  # bounded memory: let the worker catch up
                     time.sleep(0.01)
                 segments.pin(pos)
