@@ -18,14 +18,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import fake_openai
 import pytest
 import yaml
 from click.testing import CliRunner
 
-import tests.support.producers  # noqa: F401  (puts the fake provider on sys.path)
 from tests.support.llm_calls import CALLS, cassette
 from tests.support.paths import ROOT
+from tests.support.producers import CountingProvider  # (puts the fake provider on sys.path)
 from wt_otel.cli import main
 from wt_otel.replay.record_budget import DEFAULT_MAX_CALLS
 
@@ -33,26 +32,13 @@ UNIVERSE = {"windtunnel_universe": 1, "tools": [{"name": "client_lookup", "descr
                                                  "input_schema": {"type": "object"}}], "recordings": []}
 
 
-class Provider:
-    """A fake model that always asks for the tool again (the loop's other half), counting requests."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.server, port = fake_openai.start_server(decide_fn=self.decide)
-        self.server.RequestHandlerClass.disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall a call
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def decide(self, messages: list[dict], tools_offered: bool) -> dict:
-        self.requests += 1
-        return {"tool_call": (f"call_{self.requests:04d}", "client_lookup", json.dumps({"query": "Bluewing"}))}
-
-
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    p = Provider()
+def provider() -> Iterator[CountingProvider]:
+    """A fake model that always asks for the tool again (the loop's other half)."""
+    p = CountingProvider(lambda n: {"tool_call": (f"call_{n:04d}", "client_lookup",
+                                                  json.dumps({"query": "Bluewing"}))})
     yield p
-    p.server.shutdown()
-    p.server.server_close()
+    p.close()
 
 
 @pytest.fixture
@@ -80,13 +66,13 @@ def start_agent(model_url: str, *extra: str) -> tuple[subprocess.Popen, str]:
     return agent, agent.stdout.readline().strip()
 
 
-def run_args(scenario: Path, agent_url: str, llm_port: int, provider: Provider) -> list[str]:
+def run_args(scenario: Path, agent_url: str, llm_port: int, provider: CountingProvider) -> list[str]:
     """`wt-otel run --llm record` with the default budget; the agent was told the proxy's port."""
     return ["run", str(scenario), "--llm", "record", "--llm-upstream", provider.url, "--inject-url", agent_url,
             "--llm-port", str(llm_port), "--universe-port", "0", "--runs-dir", str(scenario.parent / "runs")]
 
 
-def wt_run(scenario: Path, agent_url: str, llm_port: int, provider: Provider) -> subprocess.Popen:
+def wt_run(scenario: Path, agent_url: str, llm_port: int, provider: CountingProvider) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "wt_otel.cli", *run_args(scenario, agent_url, llm_port, provider)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ,
                                                                                      "PYTHONPATH": str(ROOT)})

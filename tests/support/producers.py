@@ -16,4 +16,26 @@ if str(COMMON) not in sys.path:
 from fake_openai import FIRST_ANSWER, Handler  # noqa: E402
 from otlp_dump import encode_spans, to_otlp_json  # noqa: E402
 
-__all__ = ["FIRST_ANSWER", "Handler", "encode_spans", "to_otlp_json"]
+__all__ = ["FIRST_ANSWER", "CountingProvider", "Handler", "encode_spans", "to_otlp_json"]
+
+
+class CountingProvider:
+    """The fake OpenAI provider on a free port, answering with `answer(n)` (n: this request's number, from 1) and
+    counting the requests that reach it; `close()` stops it."""
+
+    def __init__(self, answer) -> None:
+        import fake_openai  # noqa: PLC0415 - on sys.path from above
+
+        self.requests = 0
+        self.answer = answer
+        self.server, port = fake_openai.start_server(decide_fn=self.decide)
+        self.server.RequestHandlerClass.disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall a call
+        self.url = f"http://127.0.0.1:{port}/v1"
+
+    def decide(self, messages: list[dict], tools_offered: bool) -> dict:
+        self.requests += 1
+        return self.answer(self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

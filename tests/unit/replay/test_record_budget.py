@@ -23,8 +23,8 @@ import openai
 import pytest
 from click.testing import CliRunner
 
-import tests.support.producers  # noqa: F401  (puts the fake provider on sys.path)
 from tests.support.llm_calls import ASK, CALLS, cassette
+from tests.support.producers import CountingProvider  # (puts the fake provider on sys.path)
 from wt_otel.cli import main
 from wt_otel.cli._record_options import ByteSize
 from wt_otel.contracts.cassette import HISTORY_CAP, add_run, load_cassette
@@ -36,26 +36,11 @@ from wt_otel.replay.recorder import BUDGET_ERROR, RecordingProxy
 QUESTION = [{"role": "user", "content": ASK}]
 
 
-class Provider:
-    """The fake OpenAI provider, counting the requests that reach it."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.server, port = fake_openai.start_server(decide_fn=self.decide)
-        self.server.RequestHandlerClass.disable_nagle_algorithm = True  # no 40 ms delayed-ACK stall a call
-        self.url = f"http://127.0.0.1:{port}/v1"
-
-    def decide(self, messages: list[dict], tools_offered: bool) -> dict:
-        self.requests += 1
-        return {"text": fake_openai.FIRST_ANSWER}
-
-
 @pytest.fixture
-def provider() -> Iterator[Provider]:
-    p = Provider()
+def provider() -> Iterator[CountingProvider]:
+    p = CountingProvider(lambda n: {"text": fake_openai.FIRST_ANSWER})
     yield p
-    p.server.shutdown()
-    p.server.server_close()
+    p.close()
 
 
 @pytest.fixture

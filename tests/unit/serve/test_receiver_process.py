@@ -61,9 +61,14 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _receiver_pids(serve_pid: int) -> list[int]:
+    """`serve_pid`'s live receiver processes."""
+    return [c for c in _children(serve_pid) if _alive(c)
+            and b"wt_otel.serve.receiver_process" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
 def _receiver_pid(serve_pid: int) -> int:
-    [pid] = [c for c in _children(serve_pid)
-             if b"wt_otel.serve.receiver_process" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    [pid] = _receiver_pids(serve_pid)
     return pid
 
 
@@ -78,7 +83,7 @@ def test_the_receivers_run_apart_from_the_session_core_and_metrics_show_both(tmp
     server = Server(_config(tmp_path / "data"), quiet=True).start()
     try:
         assert server.feed is not None and server.feed.pid != os.getpid() and _alive(server.feed.pid)
-        assert _receiver_pid(os.getpid()) == server.feed.pid
+        assert server.feed.pid in _receiver_pids(os.getpid())  # (other tests' Servers may run in this process)
         assert server.segments is None  # the log is the receiver process's; this one only reads it
         body = to_request(genai_session(tid(1)) + genai_session(tid(2))).SerializeToString()
         assert post_traces(server.http_url, body) == 200

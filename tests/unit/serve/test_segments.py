@@ -75,8 +75,11 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def crash(server: Server) -> None:
     """Leave the data dir as a kill -9 would as far as the log goes: no final checkpoint, no shutdown flush.
-    (The receivers stop and the store's lock is released so a second Server can open the dir in-process.)"""
+    (The receivers stop and the store's lock is released so a second Server can open the dir in-process; a
+    receiver process is killed, as it exits when serve dies, with no last checkpoint.)"""
     server.receivers.stop(grace=0)
+    if server.feed is not None:
+        server.feed._kill()  # noqa: SLF001
     pipeline = server.pipeline
     assert pipeline is not None and server.stages is not None
     pipeline._closed = True  # noqa: SLF001 - nothing more is consumed, flushed or checkpointed
