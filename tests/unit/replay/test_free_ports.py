@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import Client
 
+from tests.support.inject_endpoint import JsonEndpoint, Reply
 from tests.support.universe_agent import UNIVERSE, write_scenario
 from wt_otel.cli import main
 from wt_otel.contracts.formats import by_name
@@ -40,53 +40,26 @@ async def _lookup(url: str) -> Any:
         return res.structured_content
 
 
-class FollowingEndpoint:
-    """A Contract C endpoint (stdlib HTTP) that knows no replay port: it calls its tool over MCP at the
-    `universe_url` of the last reset, as the reference agent does."""
+class FollowingEndpoint(JsonEndpoint):
+    """A Contract C endpoint that knows no replay port: it calls its tool over MCP at the `universe_url` of the
+    last reset, as the reference agent does."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.resets: list[dict[str, Any]] = []
-        endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self.path == "/wt/reset":
-                    endpoint.resets.append(body)
-                    return self._json(200, {"wt_inject": 1})
-                if self.path == "/wt/inject":
-                    url = endpoint.resets[-1].get("universe_url") if endpoint.resets else None
-                    if not url:
-                        return self._json(200, {"wt_inject": 1, "reply": "", "tool_calls": [],
-                                                "error": "no universe_url in the reset"})
-                    result = asyncio.run(_lookup(url))
-                    return self._json(200, {"wt_inject": 1, "reply": f"A-1: {json.dumps(result)}",
-                                            "tool_calls": [{"name": "lookup_order",
-                                                            "arguments": {"order_id": "A-1"}}]})
-                return self._json(404, {"error": "not implemented"})
-
-            def _json(self, status: int, data: dict[str, Any]) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> FollowingEndpoint:
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def handle(self, path: str, body: Any) -> Reply:
+        if path == "/wt/reset":
+            self.resets.append(body)
+            return 200, {"wt_inject": 1}
+        if path == "/wt/inject":
+            url = self.resets[-1].get("universe_url") if self.resets else None
+            if not url:
+                return 200, {"wt_inject": 1, "reply": "", "tool_calls": [], "error": "no universe_url in the reset"}
+            result = asyncio.run(_lookup(url))
+            return 200, {"wt_inject": 1, "reply": f"A-1: {json.dumps(result)}",
+                         "tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "A-1"}}]}
+        return super().handle(path, body)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,7 @@ import json
 import os
 import shlex
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support import llm_calls
+from tests.support.inject_endpoint import JsonEndpoint, Reply
 from tests.support.universe_agent import UNIVERSE, UniverseAgent, _call, write_scenario
 from wt_otel.cli import main
 from wt_otel.contracts.universe import load_universe
@@ -195,43 +194,29 @@ def python_agent(work: Callable[[str], str]) -> Callable[[str, str], dict[str, A
     return agent
 
 
-class Endpoint:
+class Endpoint(JsonEndpoint):
     """The same agent behind Contract C: an exception is a 500 (`crash`) or a 200 with `error` set."""
 
     def __init__(self, crash: bool, work: Callable[[str], str]) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+        super().__init__()
+        self.crash, self.work = crash, work
 
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                status, out = 200, {"wt_inject": 1}
-                if self.path == "/wt/inject":
-                    try:
-                        out |= {"reply": work(body["text"]), "tool_calls": []}
-                    except Exception as exc:
-                        status, out = (500, {"detail": str(exc)}) if crash else (
-                            200, out | {"reply": "", "tool_calls": [], "error": str(exc)})
-                raw = json.dumps(out).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def handle(self, path: str, body: Any) -> Reply:
+        if path != "/wt/inject":
+            return 200, {"wt_inject": 1}
+        try:
+            return 200, {"wt_inject": 1, "reply": self.work(body["text"]), "tool_calls": []}
+        except Exception as exc:
+            if self.crash:
+                return 500, {"detail": str(exc)}
+            return 200, {"wt_inject": 1, "reply": "", "tool_calls": [], "error": str(exc)}
 
 
 def runtimes(work: Callable[[str], str]) -> Iterator[dict[str, Callable[[], Any]]]:
-    crash, honest = Endpoint(True, work), Endpoint(False, work)
-    yield {"python (raises)": lambda: PythonRuntime(python_agent(work)),
-           "http_inject (500)": lambda: HttpInjectRuntime(crash.url, 10),
-           "http_inject (200 + error)": lambda: HttpInjectRuntime(honest.url, 10)}
-    for e in (crash, honest):
-        e.server.shutdown()
-        e.server.server_close()
+    with Endpoint(True, work) as crash, Endpoint(False, work) as honest:
+        yield {"python (raises)": lambda: PythonRuntime(python_agent(work)),
+               "http_inject (500)": lambda: HttpInjectRuntime(crash.url, 10),
+               "http_inject (200 + error)": lambda: HttpInjectRuntime(honest.url, 10)}
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from tests.support.llm_calls import ASK, CALLS, cassette
 from tests.support.producers import CountingProvider  # (puts the fake provider on sys.path)
+from tests.support.servers import StartedServers
 from wt_otel.cli import main
 from wt_otel.cli._record_options import ByteSize
 from wt_otel.contracts.cassette import HISTORY_CAP, add_run, load_cassette
@@ -56,17 +57,9 @@ def full_baseline(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def proxies() -> Iterator:
-    started: list[Any] = []
-
-    def start(proxy: RecordingProxy) -> RecordingProxy:
-        started.append(proxy)
-        proxy.start()
-        return proxy
-
-    yield start
-    for proxy in started:
-        proxy.stop()
+def proxies() -> Iterator[StartedServers]:
+    with StartedServers() as start:
+        yield start
 
 
 def ask(proxy: RecordingProxy, model: str = "gpt-4o-mini") -> str:

@@ -20,6 +20,7 @@ from fake_openai import FIRST_ANSWER, start_server
 
 import tests.support.producers  # noqa: F401  (puts the fake provider on sys.path)
 from tests.support.llm_calls import ANSWER, ANTHROPIC_FOLLOW_UP, ASK, CALLS, SYSTEM, TOOLS, cassette, llm_call
+from tests.support.servers import StartedServers
 from wt_otel.contracts.cassette import HISTORY_CAP, load_cassette
 from wt_otel.contracts.problems import ContractError
 from wt_otel.replay.cassette_server import CassetteServer
@@ -39,17 +40,9 @@ def upstream() -> Iterator[str]:
 
 
 @pytest.fixture
-def proxies() -> Iterator:
-    started: list[Any] = []
-
-    def start(server: Any) -> Any:
-        started.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def proxies() -> Iterator[StartedServers]:
+    with StartedServers() as start:
+        yield start
 
 
 def chat_conversation(client: openai.OpenAI, stream: bool) -> str:

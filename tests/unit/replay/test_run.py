@@ -13,9 +13,7 @@ import asyncio
 import json
 import os
 import socket
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import yaml
 from click.testing import CliRunner
 from mcp import Client
 
+from tests.support.inject_endpoint import JsonEndpoint, Reply
 from wt_otel.cli import main
 from wt_otel.contracts.run import McpCall, ToolCall, Trace, Turn, load_trace
 from wt_otel.replay.runner import ENV_LLM_BASE_URL, ENV_UNIVERSE_URL, RunOptions, Sweep, SweepRun, load_all
@@ -128,33 +127,15 @@ AGENT_RUNTIME = f"python:{__name__}:AGENT"  # this module, importable from the r
 BYPASS_AGENT = ScriptedAgent(bypass=True)
 
 
-class McpEndpoint:
-    """A Contract C endpoint (stdlib http.server) whose turns call the universe at `universe_url` over MCP."""
+class McpEndpoint(JsonEndpoint):
+    """A Contract C endpoint whose turns call the universe at `universe_url` over MCP."""
 
     def __init__(self, universe_url: str, *, bypass: bool = False, reset_status: int = 200) -> None:
+        super().__init__()
         self.universe_url, self.bypass, self.reset_status = universe_url, bypass, reset_status
         self.resets = 0
-        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                status, out = owner.handle(self.path, body)
-                data = json.dumps(out).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def handle(self, route: str, body: dict[str, Any]) -> tuple[int, Any]:
+    def handle(self, route: str, body: Any) -> Reply:
         if route == "/wt/reset":
             self.resets += 1
             return self.reset_status, {"wt_inject": 1}
@@ -167,14 +148,6 @@ class McpEndpoint:
             return 200, {"wt_inject": 1, "reply": json.dumps(results),
                          "tool_calls": [{"name": n, "arguments": a} for n, a in calls]}
         return 404, {"error": "no route"}
-
-    def __enter__(self) -> McpEndpoint:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def sweep(paths: list[Path], runtime: Any, tmp_path: Path, **kwargs: Any) -> SweepRun:
