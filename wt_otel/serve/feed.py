@@ -302,6 +302,9 @@ class ReceiverProcess:
     def stop(self, grace: float | None = 5.0) -> None:
         """Stop the receivers (requests in progress get `grace` seconds); returns once every entry they made durable
         is with the pipeline (or the process is gone)."""
+        if not self._ready.is_set():  # its start failed: before "go" it would read any order as that one
+            self._kill()
+            return
         wait = (grace or 0) + 30.0
         try:
             self._send(("stop", grace or 0))
@@ -312,7 +315,11 @@ class ReceiverProcess:
 
     def close(self, needed: int) -> None:
         """The last checkpoint: the receiver process releases what the pipeline consumed, writes it with `needed`
-        (the lowest position the session core still holds), and exits."""
+        (the lowest position the session core still holds), and exits. One that never got ready (its start failed)
+        is killed instead, as `stop` does: the checkpoint stays where it was, the next start replays past it."""
+        if not self._ready.is_set():
+            self._kill()
+            return
         self._done = True
         try:
             self._send(("close", self._consumed, needed))

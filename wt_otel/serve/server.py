@@ -407,6 +407,17 @@ class Server:
         return f"{scheme}://{host}:{self.http_port}"
 
     def start(self) -> Server:
+        """Start every part. If a step fails, what had started is stopped and closed before the error goes on: the
+        receiver process would otherwise outlive it in a process that goes on (serve as a library), holding the
+        data dir, so no later `Server` on it could start."""
+        try:
+            self._start()
+        except BaseException:
+            self._abort_start()
+            raise
+        return self
+
+    def _start(self) -> None:
         config = self.config
         self.stages = build_pipeline(config, self.metrics, emit=self.emit, warn=self.warn, quiet=self.quiet)
         self.recovery += self.stages.recovery
@@ -418,26 +429,29 @@ class Server:
         durable = config.durability.enabled and self.store is not None
         try:
             if config.processes.receiver_processes(durable):
-                self.receivers = self.feed = self._start_receiver_process()
+                self._start_receiver_process()
             else:
                 if durable:
                     self._start_segments()
                 self.receivers = start_receivers(config.receivers, self.pipeline, self.metrics)
         except (OSError, RuntimeError, ValueError) as exc:
-            self.pipeline.stop()
-            if self.segments is not None:
-                self.segments.close()
-            replay = self.replay
-            if replay is not None:
-                replay.stop(0)
-            self.stages.close_stages()
             raise ServeStartError(f"cannot start the receivers: {exc}") from exc
         if self.replay is not None:
             ports = {p for p in (self.grpc_port, self.http_port) if p}
             if note := self.replay.drop_exporter_if_self(ports):
                 self.warn(note)
         self.stages.start_stages()
-        return self
+
+    def _abort_start(self) -> None:
+        """Undo a start that failed midway: `stop()` what had started (a replay in flight is not waited for), then
+        forget it, so the failed start's error is what the caller sees and a `stop()` after it does nothing."""
+        try:
+            if self.replay is not None:
+                self.replay.stop(0)
+            self.stop(grace=0)
+        except Exception:  # the start's own error matters more: say this one, raise that one
+            log.exception("cleaning up after a failed start")
+        self.stages = self.pipeline = self.receivers = self.feed = self.segments = None
 
     @property
     def failed(self) -> str | None:
@@ -508,9 +522,10 @@ class Server:
         self._replay(segments, queue)
         queue.segments = segments  # from now on export() appends before it acknowledges
 
-    def _start_receiver_process(self) -> Any:
+    def _start_receiver_process(self) -> None:
         """The receivers in a process of their own (`wt_otel.serve.receiver_process`): it opens the segment log,
-        and this process, the session core, is fed from it (`wt_otel.serve.feed`), replayed entries first."""
+        and this process, the session core, is fed from it (`wt_otel.serve.feed`), replayed entries first. Kept as
+        `receivers` and `feed` from the outset, so that `stop()` ends it whichever step after it fails."""
         from wt_otel.serve.feed import ReceiverProcess
         from wt_otel.serve.receivers.common import screen_of
         from wt_otel.serve.segments import SEGMENTS, spans_of
@@ -518,7 +533,7 @@ class Server:
         queue, stages = self.pipeline, self.stages
         assert queue is not None and stages is not None
         assembler, store = stages.assembler, self.store
-        feed = ReceiverProcess(self.config, self.metrics)
+        feed = self.receivers = self.feed = ReceiverProcess(self.config, self.metrics)
         start, replay_end, repaired = feed.open()
         self.recovery += repaired
         store.kept_by_log = True
@@ -537,7 +552,6 @@ class Server:
         stages.on_health_change = feed.report_now
         self.recovery += feed.recovery
         log.info("OTLP receivers run in process %s; the session core in this one (%s)", feed.pid, os.getpid())
-        return feed
 
     def _core_state(self) -> tuple[float, int, float, dict[str, str]]:
         """What the receiver process admits on: (the writer's backlog in seconds, bytes held, seconds per session,
