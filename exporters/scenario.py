@@ -50,12 +50,15 @@ class _Dumper(_SafeDumper):
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         """The safe resolver's tag, without its per-call list building and regexes in the common case: a
-        scalar whose first character no implicit resolver is registered for (most trace text), or a
-        collection. Anything else, and any resolver setup but the default one, takes the resolver's path."""
+        scalar whose first character no implicit resolver is registered for (most trace text), a scalar
+        asked about as quoted, or a collection. Anything else, and any resolver setup but the default one,
+        takes the resolver's path."""
         resolvers = self.yaml_implicit_resolvers
         if not self.yaml_path_resolvers and None not in resolvers:
             if kind is yaml.ScalarNode:
-                if value and value[0] not in resolvers:
+                # the emitter asks twice per scalar: as plain (implicit[0]), then as quoted, which no implicit
+                # resolver reads
+                if not implicit[0] or (value and value[0] not in resolvers):
                     return self.DEFAULT_SCALAR_TAG
             elif kind is yaml.MappingNode:
                 return self.DEFAULT_MAPPING_TAG
@@ -141,14 +144,16 @@ def _tail_yaml() -> str:
     return _yaml({"assertions": [], "fixtures": dict(FIXTURES), "scorer": "scorer.py", "runs": 1})
 
 
-def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True, auto_replay: bool = False) -> str:
+def scenario_yaml(session: Session, scenario_id: str, unreviewed_tag: bool = True, auto_replay: bool = False,
+                  tools: list[str] | None = None) -> str:
     """The scenario as commented YAML: data by the YAML emitter, comments only from escaped names.
 
     `auto_replay`: written by `wt-otel serve` for an automatic replay; tagged `auto-replay` (and always
-    `unreviewed`) so a selection can keep such scenarios out of an authored suite (`--tag`).
+    `unreviewed`) so a selection can keep such scenarios out of an authored suite (`--tag`). `tools`:
+    `observed_tools(session)`, when the caller has it already (IMPORTED.md lists them too).
     """
     ref = source_ref(session)
-    tools = observed_tools(session)
+    tools = observed_tools(session) if tools is None else tools
     tags = ([f"origin:{ref}"] if ref else []) + ["imported"] + (["unreviewed"] if unreviewed_tag or auto_replay
                                                                     else [])
     tags += [AUTO_REPLAY_TAG] if auto_replay else []
@@ -276,8 +281,8 @@ def _block(text: str) -> str:
 
 
 def imported_md(session: Session, scenario_id: str, source: dict[str, Any], stubbed: list[str],
-                outcome_scorers: list[str] | None = None) -> str:
-    tools = observed_tools(session)
+                outcome_scorers: list[str] | None = None, tools: list[str] | None = None) -> str:
+    tools = observed_tools(session) if tools is None else tools
     correlations: dict[str, int] = {}
     for c in session.witnessed_calls:
         correlations[c.correlation] = correlations.get(c.correlation, 0) + 1

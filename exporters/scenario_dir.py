@@ -13,6 +13,7 @@ The directory appears atomically.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from wt_otel._util.fsutil import write_directory
 from wt_otel.contracts.cassette import add_run, load_cassette
 from wt_otel.exporters.cassette import cassette
 from wt_otel.exporters.envelope import envelope
-from wt_otel.exporters.scenario import FIXTURES, imported_md, scenario_yaml, scorer_py
+from wt_otel.exporters.scenario import FIXTURES, imported_md, observed_tools, scenario_yaml, scorer_py
 from wt_otel.exporters.universe import universe
 from wt_otel.model.session import Session
 
@@ -47,19 +48,21 @@ def render(session: Session, scenario_id: str, unreviewed: bool = True,
     """
     env, uni, cas = envelope(session), universe(session), cassette(session, scenario_id)
     notes: list[str] = []
-    files = {name: _json(data, name, notes) for name, data in
-             ((FIXTURES["envelope"], env), (FIXTURES["universe"], uni), (FIXTURES["cassette"], cas))}
+    names = (FIXTURES["envelope"], FIXTURES["universe"], FIXTURES["cassette"])
+    texts = safejson.dumps_all([(env, names[0]), (uni, names[1]), (cas, names[2])], notes)  # one NaN walk for all
+    files: dict[str, str | bytes] = dict(zip(names, texts, strict=True))
     if notes:  # the envelope and IMPORTED.md carry the session's warnings: say what was kept as text
         session.warnings.extend(n for n in dict.fromkeys(notes) if n not in session.warnings)
         env = envelope(session)
         files[FIXTURES["envelope"]] = _json(env, FIXTURES["envelope"])
+    tools = observed_tools(session)
     return {
         **files,
         "scenario.yaml": _text(scenario_yaml(session, scenario_id, unreviewed,
-                                             auto_replay=outcome_scorers is not None)),
+                                             auto_replay=outcome_scorers is not None, tools=tools)),
         "scorer.py": _text(scorer_py(session, outcome_scorers)),
         "IMPORTED.md": _text(imported_md(session, scenario_id, env["source"], uni["stubbed_schemas"],
-                                         outcome_scorers)),
+                                         outcome_scorers, tools)),
     }
 
 
@@ -86,18 +89,19 @@ class ScenarioDirWriter:
         """What `write` puts in `<out>/<slug>/` (with --force, the cassette already there plus this run):
         `wt-otel import` renders in worker processes and moves the directories into place itself."""
         files = render(session, slug, unreviewed, outcome_scorers)
-        if self.force:
-            dest = self.out / slug
-            files[FIXTURES["cassette"]] = appended_cassette(dest / FIXTURES["cassette"], files[FIXTURES["cassette"]])
+        if self.force:  # (a path as text: a Path per session cost more than the read that finds nothing)
+            existing = os.path.join(self.out, slug, FIXTURES["cassette"])
+            files[FIXTURES["cassette"]] = appended_cassette(existing, files[FIXTURES["cassette"]])
         return files
 
 
-def appended_cassette(existing: Path, new: str | bytes) -> str | bytes:
+def appended_cassette(existing: Path | str, new: str | bytes) -> str | bytes:
     """A re-import (`--force`) adds its run to the cassette already there instead of replacing its history:
     the ring buffer keeps the last 5 runs (re-importing the same session replaces only its own run). An
     existing file that is not a valid cassette is replaced, as --force says."""
     try:
-        data = json.loads(existing.read_text(encoding="utf-8"))
+        with open(existing, encoding="utf-8") as f:
+            data = json.loads(f.read())
         load_cassette(data)
     except (OSError, ValueError):  # absent, unreadable, invalid (ContractError is a ValueError)
         return new

@@ -42,6 +42,24 @@ def dumps(data: Any, *, where: str = "", notes: list[str] | None = None, indent:
     return orjson.dumps(clean, option=option, default=str)
 
 
+def dumps_all(items: list[tuple[Any, str]], notes: list[str] | None = None) -> list[bytes]:
+    """`dumps(data, where=where, notes=notes)` of each (data, where), in order, with one NaN walk for all of
+    them instead of one per item (the files of one scenario share much of their text: marshal writes a
+    value they share once). An item whose output needs a look gets its own `dumps` only when the walk over
+    all of them finds an odd float, or when orjson refused it."""
+    option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    outs: list[bytes | None] = []
+    for data, _ in items:
+        try:
+            outs.append(orjson.dumps(data, option=option, default=str))
+        except (orjson.JSONEncodeError, TypeError, RecursionError):
+            outs.append(None)
+    nulls = [data for (data, _), out in zip(items, outs, strict=True) if out is not None and b"null" in out]
+    odd = bool(nulls) and _has_float_oddity(nulls)
+    return [dumps(data, where=where, notes=notes) if out is None or (odd and b"null" in out) else out
+            for (data, where), out in zip(items, outs, strict=True)]
+
+
 _PLAIN = frozenset({str, int, bool, type(None)})
 # marshal writes a float as type byte "g" (0xe7 with its reference flag) + 8 bytes little-endian IEEE 754:
 # NaN and infinities have all exponent bits set, so the last byte is 0x7f/0xff and the one before >= 0xf0.

@@ -61,6 +61,13 @@ def _progress_display() -> Iterator[Callable[[str, int], None] | None]:
         yield progress
 
 
+def _echo_lines(lines: list[str], err: bool = False, chunk: int = 1000) -> None:
+    """`click.echo` of each line, `chunk` lines a call: the same text, one write and flush per chunk instead of
+    per line (a line per written session was ~50 ms of the main process for 10,000 sessions)."""
+    for i in range(0, len(lines), chunk):
+        click.echo("".join(f"{line}\n" for line in lines[i:i + chunk]), nl=False, err=err)
+
+
 @click.command("import")
 @click.argument("dumps", metavar="DUMP...", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -127,18 +134,15 @@ def import_(ctx: click.Context, dumps: tuple[Path, ...], out: Path, fmt: str, fo
     except (DumpReadError, DumpFormatError) as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(1)
-    for err in report.errors:
-        click.echo(f"error: {err}", err=True)
-    for warning in report.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    _echo_lines([f"error: {err}" for err in report.errors], err=True)
+    _echo_lines([f"warning: {warning}" for warning in report.warnings], err=True)
     if report.stale_staging:
         click.echo(f"removed {len(report.stale_staging)} staging folder(s) an interrupted import left in {out}: "
                    f"{', '.join(report.stale_staging[:5])}", err=True)
     if report.why_none:
         click.echo(f"error: no GenAI session found: {report.why_none}", err=True)
         ctx.exit(1)
-    for path in report.written:
-        click.echo(f"wrote {path}")
+    _echo_lines([f"wrote {path}" for path in report.written])
     click.echo(f"{report.records:,} records, {report.sessions} session(s), {len(report.written)} written"
                + (f", {report.skipped} not selected" if report.skipped else "")
                + (f", {report.empty} without content" if report.empty else "")

@@ -537,10 +537,10 @@ class _Placer:
                 try:
                     staged = cast(str, item.staged)
                     target = os.path.join(self.out, slug)
-                    if os.path.exists(target) or not os.path.isdir(self.out):  # replace (--force) or refuse,
-                        place_directory(Path(staged), dest, force=sink.force)  # or re-make out
+                    if os.path.exists(target):  # replace (--force) or refuse
+                        place_directory(Path(staged), dest, force=sink.force)
                     else:  # the common case, without place_directory's Path calls
-                        os.rename(staged, target)
+                        self._rename(staged, target, dest)
                     report.written.append(dest)
                 except DirectoryExists as e:
                     report.errors.append(str(e))
@@ -548,6 +548,16 @@ class _Placer:
                     report.errors.append(f"session {item.key}: not written: {type(e).__name__}: {e}")
             if self.progress:
                 self.progress("sessions", len(report.written))
+
+    def _rename(self, staged: str, target: str, dest: Path) -> None:
+        """Move a staged directory to a free place in OUT; OUT itself is checked only when the move fails
+        (an OUT removed or replaced during the import is made again, by `place_directory`, as before)."""
+        try:
+            os.rename(staged, target)
+        except OSError:
+            if os.path.isdir(self.out):
+                raise
+            place_directory(Path(staged), dest, force=self.sink.force)
 
 
 def _import_serial(

@@ -58,6 +58,10 @@ _RESULT_TYPES = frozenset({"tool_result", "function_call_output", "tool-result",
                            "tool_return", "tool-call-response"})
 _REASONING_TYPES = frozenset({"thinking", "reasoning", "redacted_thinking"})
 _RESPONSES_ITEMS = frozenset({"message", "function_call", "function_call_output", "reasoning"})
+# a dict result without any of these keys is no wrapper (`_result_wrapper`, `_langchain`) nor MCP result
+# (`unwrap_mcp`): it is the result as it is
+_WRAPPER_KEYS = frozenset({"lc", "type", "__class__", "output", "raw_output", "toolResult", "structuredContent",
+                           "content"})
 _MAX_DEPTH = 8
 _CACHE_SIZE = 4096
 _REPR_HEAD = re.compile(r"^\s*(?:[A-Z]\w*\(|\{'|\[\{'|\[[A-Z]\w*\()")
@@ -166,6 +170,8 @@ def tool_result(value: Any, _depth: int = 0) -> Any:
         return value if decoded is value else tool_result(decoded, _depth + 1) if isinstance(
             decoded, dict | list) else decoded
     if isinstance(value, dict):
+        if value.keys().isdisjoint(_WRAPPER_KEYS):  # (most results): no wrapper, no MCP result
+            return value
         inner = _result_wrapper(value)
         if inner is not _NONE:
             return tool_result(inner, _depth + 1)
@@ -212,6 +218,11 @@ def _result_wrapper(d: dict[str, Any]) -> Any:
     return _NONE
 
 
+def _wrapped(d: dict[str, Any]) -> bool:
+    """Whether `tool_result` would unwrap this dict (a known wrapper, an MCP result)."""
+    return not d.keys().isdisjoint(_WRAPPER_KEYS) and (_result_wrapper(d) is not _NONE or unwrap_mcp(d) is not d)
+
+
 def _block_text(b: Any) -> str | None:
     """Text of a single text block (`{"type": "text", "text"}` or Converse `{"text"}`), else None."""
     if isinstance(b, dict):
@@ -235,6 +246,11 @@ def function_response(response: Any) -> Any:
     return response
 
 
+_RAW_ARGS, _KWARGS, _ARGS_KWARGS = frozenset({"_raw_arguments"}), frozenset({"kwargs"}), frozenset({"args", "kwargs"})
+_LANGCHAIN_INPUT = frozenset({"input_str", "inputs", "tags", "metadata", "kwargs", "run_id", "parent_run_id", "name",
+                              "tool_call_id"})
+
+
 def tool_arguments(value: Any) -> tuple[Any, bool]:
     """Tool-call arguments as an object; (the raw value, False) when there is no object to be had.
 
@@ -248,14 +264,14 @@ def tool_arguments(value: Any) -> tuple[Any, bool]:
         decoded = decode_value(value if inner is None else inner)
         if not isinstance(decoded, dict):
             return value, False
-        if set(decoded) == {"_raw_arguments"}:
+        keys = decoded.keys()
+        if keys == _RAW_ARGS:
             value = decoded["_raw_arguments"]
             continue
-        if set(decoded) in ({"kwargs"}, {"args", "kwargs"}) and isinstance(decoded["kwargs"], dict) and not (
+        if keys in (_KWARGS, _ARGS_KWARGS) and isinstance(decoded["kwargs"], dict) and not (
                 decoded.get("args")):  # keyword-call wrappers (LlamaIndex, traceloop decorators)
             return decoded["kwargs"], True
-        if "input_str" in decoded and set(decoded) <= {"input_str", "inputs", "tags", "metadata", "kwargs",
-                                                     "run_id", "parent_run_id", "name", "tool_call_id"}:
+        if "input_str" in decoded and keys <= _LANGCHAIN_INPUT:
             inputs = decoded.get("inputs")
             value = inputs if isinstance(inputs, dict) and inputs else decoded["input_str"]
             continue
@@ -577,8 +593,7 @@ def _fast_parts(d: dict[str, Any]) -> list[dict[str, Any]] | None:
                         "arguments": args})
         elif t == "tool_call_response":
             r = p.get("response")
-            if "response" not in p or isinstance(r, str | list) or (isinstance(r, dict) and (
-                    _result_wrapper(r) is not _NONE or unwrap_mcp(r) is not r)):
+            if "response" not in p or isinstance(r, str | list) or (isinstance(r, dict) and _wrapped(r)):
                 return None
             out.append({"type": "tool_call_response", "id": str(p.get("id") or ""), "response": r})
         else:

@@ -91,11 +91,12 @@ def _pb_attrs(kvs: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in kvs:
         v = kv.value
+        text = v.string_value  # most attributes: a non-empty string_value is the oneof's (the others read "")
+        if text:
+            out[kv.key] = text
+            continue
         kind = v.WhichOneof("value")
-        if kind == "string_value":  # most attributes: an attribute read, not a getattr by name
-            out[kv.key] = v.string_value
-        else:
-            out[kv.key] = getattr(v, kind) if kind in _SCALARS else _pb_value(v)
+        out[kv.key] = text if kind == "string_value" else getattr(v, kind) if kind in _SCALARS else _pb_value(v)
     return out
 
 
@@ -137,13 +138,14 @@ def spans_from_request(req: ExportTraceServiceRequest | TracesData,
                     n += 1
                     if not keep[n]:
                         continue
-                if trace_ids is not None and span.trace_id not in trace_ids:
+                trace_id = span.trace_id
+                if trace_ids is not None and trace_id not in trace_ids:
                     continue
                 parent = span.parent_span_id
                 attrs, events, links = span.attributes, span.events, span.links
                 status = span.status
                 yield SpanRecord(
-                    trace_id=span.trace_id.hex(),
+                    trace_id=trace_id.hex(),
                     span_id=span.span_id.hex(),
                     name=span.name,
                     parent_span_id=parent.hex() if parent else None,

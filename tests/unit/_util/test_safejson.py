@@ -92,3 +92,33 @@ def test_plain_finite_data_is_cleared_without_the_walk(monkeypatch):
            "bytes_like_a_pickled_nan": "G\x7f\U00010000"}
     assert not safejson._has_float_oddity(doc)
     assert safejson.dumps(doc) == orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(values, min_size=1, max_size=4))
+def test_dumps_all_writes_what_dumps_writes_item_by_item(items):
+    """One walk for a scenario's files: the same bytes and notes, in order, as one `dumps` per file."""
+    pairs = [(data, f"file{i}.json") for i, data in enumerate(items)]
+    one_by_one: list[str] = []
+    expected = [safejson.dumps(data, where=where, notes=one_by_one) for data, where in pairs]
+    together: list[str] = []
+    assert safejson.dumps_all(pairs, together) == expected
+    assert together == one_by_one
+
+
+def test_dumps_all_walks_once_for_all_files(monkeypatch):
+    files = [({"a": None, "b": 1.5}, "x.json"), ({"c": None}, "y.json"), ({"d": 2}, "z.json")]
+    expected = [safejson.dumps(d) for d, _ in files]
+    calls = []
+    real = safejson._has_float_oddity
+    monkeypatch.setattr(safejson, "_has_float_oddity", lambda data: calls.append(data) or real(data))
+    assert safejson.dumps_all(files) == expected
+    assert calls == [[files[0][0], files[1][0]]]  # one look, at the files whose output has a null
+
+
+def test_dumps_all_names_the_file_of_each_odd_value():
+    notes: list[str] = []
+    out = safejson.dumps_all([({"ok": None}, "a.json"), ({"t": math.nan}, "b.json"), ({"big": 2**70}, "c.json")],
+                             notes)
+    assert [json.loads(o) for o in out] == [{"ok": None}, {"t": "nan"}, {"big": str(2**70)}]
+    assert notes == ["b.json: t: non-finite number kept as text", "c.json: big: integer beyond 64 bits kept as text"]

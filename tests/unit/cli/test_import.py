@@ -210,3 +210,21 @@ def test_capture_off_session_still_imports_and_says_so(tmp_path: Path, otlp_dump
     assert scenario["user_turns"][0].startswith("TODO")
     universe = json.loads((d / "fixture.universe.json").read_text())
     assert universe["recordings"][0]["args"] == {"a": 1}
+
+
+def test_lines_are_echoed_a_chunk_at_a_time_with_the_same_text(monkeypatch):
+    """`wrote <dir>` per session: the text of one echo per line, in one write per chunk."""
+    import click
+
+    from wt_otel.cli import files
+
+    calls: list[tuple[str, bool]] = []
+    monkeypatch.setattr(click, "echo", lambda message, nl=True, err=False: calls.append(
+        (message + ("\n" if nl else ""), err)))
+    lines = [f"wrote out/s{i}" for i in range(5)] + ["warning: two\nlines"]
+    files._echo_lines(lines, err=True, chunk=2)
+    assert "".join(text for text, _ in calls) == "".join(f"{line}\n" for line in lines)
+    assert len(calls) == 3 and all(err for _, err in calls)
+    calls.clear()
+    files._echo_lines([])
+    assert calls == []

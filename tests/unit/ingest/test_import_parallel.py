@@ -319,3 +319,28 @@ def test_forked_and_forkserver_workers_write_the_same(tmp_path, monkeypatch, for
     finally:
         stop.set()
         other.join()
+
+
+def test_out_is_checked_only_when_a_staged_directory_cannot_move(tmp_path, monkeypatch):
+    """Placing a session is one rename; OUT is looked at only when it fails: an OUT removed during the import
+    goes to `place_directory` (which makes it again), any other failure is the rename's own error."""
+    from types import SimpleNamespace
+
+    from wt_otel.ingest import importer
+
+    out = tmp_path / "out"
+    (out / "staged").mkdir(parents=True)
+    placer = importer._Placer.__new__(importer._Placer)
+    placer.out, placer.sink = str(out), SimpleNamespace(out=out, force=False)
+    isdir_calls = []
+    real_isdir = importer.os.path.isdir
+    monkeypatch.setattr(importer.os.path, "isdir", lambda p: isdir_calls.append(p) or real_isdir(p))
+    placer._rename(str(out / "staged"), str(out / "s1"), out / "s1")
+    assert (out / "s1").is_dir() and isdir_calls == []
+    with pytest.raises(FileNotFoundError):  # OUT is there: the rename's own error
+        placer._rename(str(out / "gone"), str(out / "s2"), out / "s2")
+    placed = []
+    monkeypatch.setattr(importer, "place_directory", lambda src, dest, force: placed.append((src, dest, force)))
+    placer.out = str(tmp_path / "removed")
+    placer._rename(str(tmp_path / "removed" / "staged"), str(tmp_path / "removed" / "s3"), tmp_path / "removed" / "s3")
+    assert placed == [(tmp_path / "removed" / "staged", tmp_path / "removed" / "s3", False)]

@@ -256,3 +256,35 @@ def test_finish_reasons_are_read_whether_the_key_is_escaped_or_not():
     assert reasons(json.dumps(plain).replace("finish_reason", "finish\\u005freason")) == ["stop"]
     assert reasons(json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "no reason"}]}])) == []
     assert reasons(json.dumps([{**plain[0], "finish_reason": "len\\u0067th"}])) == ["len\\u0067th"]
+
+
+def test_a_result_without_wrapper_keys_is_kept_as_is_and_every_wrapper_still_unwraps():
+    """`tool_result` and the parts fast path skip the wrapper checks for a dict with none of their keys: for
+    every dict, that shortcut says what the checks say."""
+    from itertools import combinations
+
+    from wt_otel.ingest.messages import _NONE, _WRAPPER_KEYS, _result_wrapper, _wrapped
+    from wt_otel.model.parts import unwrap_mcp
+
+    keys = sorted(_WRAPPER_KEYS) + ["data", "kwargs", "value", "text", "answer", "id", "tool_name"]
+    values = [1, "text", {"type": "text", "text": "x"}, [{"type": "text", "text": "x"}], {"lc": 1}, "tool_result"]
+    for n in (1, 2, 3):
+        for chosen in combinations(keys, n):
+            for value in values:
+                d = dict.fromkeys(chosen, value)
+                if "lc" in d:
+                    d.update(lc=1, id=["x", "ToolMessage"], kwargs={"content": "r"})
+                assert _outcome(_wrapped, d) == _outcome(
+                    lambda x: _result_wrapper(x) is not _NONE or unwrap_mcp(x) is not x, d), d
+                if d.keys().isdisjoint(_WRAPPER_KEYS):
+                    assert tool_result(d) is d, d
+    assert tool_result({"content": [{"type": "text", "text": '{"ok": 1}'}], "isError": False}) == {"ok": 1}
+    assert tool_result({"answer": "result 1-0"}) == {"answer": "result 1-0"}
+
+
+def _outcome(check, d):
+    """What a check says of `d`, or the error it raises (an unhashable `type` makes the wrapper checks raise)."""
+    try:
+        return check(d)
+    except TypeError as e:
+        return type(e)

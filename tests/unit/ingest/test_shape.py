@@ -346,3 +346,23 @@ def test_a_text_protocol_without_a_run_that_logs_its_ask_and_answer_is_said_not_
     session = build_session([lm, tool, finish])
     assert any("no run span logs both its ask and its answer" in w for w in session.warnings)
     assert [m["role"] for m in session.messages] == ["user", "assistant"]  # the templates, as logged
+
+
+def test_flattened_keys_are_found_per_key_as_by_the_pattern():
+    for key in ("llm.input_messages.0.message.role", "a.12", "a.1b.2", "x.y", "a.01.b", "plain", "v1.2.3", "a..0"):
+        m = shape._FLAT_INDEX.search(key)
+        assert shape._flat_index(key) == (-1 if m is None else m.start()), key
+
+
+def test_a_span_with_nothing_to_read_is_not_classified(monkeypatch):
+    """Neither content attributes nor events: no reader could take anything, so the span's role (a walk
+    over its keys and name) is not asked for; a span with events still is."""
+    def no_role(_span):
+        raise AssertionError("span_role asked of a span with nothing to read")
+
+    monkeypatch.setattr(shape, "span_role", no_role)
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-1"}
+    assert shape.extract(span("invoke_agent x", agent)) == []
+    assert shape.extract(span("execute_tool lookup", {"gen_ai.operation.name": "execute_tool"})) == []
+    with pytest.raises(AssertionError, match="span_role"):
+        shape.extract(span("execute_tool lookup", {}, events=[Event(name="gen_ai.choice", body={"content": "r"})]))

@@ -32,6 +32,7 @@ _USAGE_KEYS = {
 
 
 _ANY_SAMPLER_KEY = frozenset(k for keys in _SAMPLER_KEYS.values() for k in keys)
+_ANY_USAGE_KEY = frozenset(k for keys in _USAGE_KEYS.values() for k in keys)
 
 
 def first(attrs: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -97,16 +98,17 @@ def base_call(span: SpanRecord, dialect: str) -> LLMCall:
             if k in params and k not in call.sampler:
                 call.sampler[k] = params[k]
         call.stream = _flag(params.get("stream"))
-    for name, keys in _USAGE_KEYS.items():
-        v = first(a, keys)
-        if isinstance(v, int | float) or (isinstance(v, str) and v.isdigit()):
-            call.usage[name] = int(v)
+    if not a.keys().isdisjoint(_ANY_USAGE_KEY):  # (a tool or agent span counts no tokens)
+        for name, keys in _USAGE_KEYS.items():
+            v = first(a, keys)
+            if isinstance(v, int | float) or (isinstance(v, str) and v.isdigit()):
+                call.usage[name] = int(v)
     if "total_tokens" not in call.usage and {"input_tokens", "output_tokens"} <= call.usage.keys():
         call.usage["total_tokens"] = call.usage["input_tokens"] + call.usage["output_tokens"]
     reasons = a.get("gen_ai.response.finish_reasons")
     if isinstance(reasons, list):
         call.finish_reasons = [str(r) for r in reasons]
-    stream = _flag(first(a, _STREAM_FLAGS))
+    stream = None if a.keys().isdisjoint(_STREAM_FLAGS) else _flag(first(a, _STREAM_FLAGS))  # (most spans: none)
     if stream is not None:
         call.stream = stream
     call.error_type, call.error_message = span_error(span)

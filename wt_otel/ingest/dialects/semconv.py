@@ -22,14 +22,14 @@ DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 def extract(span: SpanRecord) -> list[Observation]:
     attrs = span.attributes
-    if operation(span) == "execute_tool":  # a tool's own record (Strands logs it as messages): `tools` reads it
+    op = operation(span)
+    if op == "execute_tool":  # a tool's own record (Strands logs it as messages): `tools` reads it
         return []
     source = attrs if any(k in attrs for k in KEYS) else _details_event(span)
     if source is None:
         return []
     call = base_call(span, NAME)
     fill_call(call, source)
-    op = operation(span)
     if op not in INFERENCE_OPERATIONS and (op is not None or not call.output_messages):
         # an agent span that logs the conversation it ran (invoke_agent, create_agent...): it repeats
         # its model calls' evidence (the AI SDK even puts every part of the run in one output message)

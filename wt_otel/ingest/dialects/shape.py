@@ -134,10 +134,14 @@ def _model_call(attrs: dict[str, Any]) -> bool:
     rule serve's filter keeps such spans by (`keys.model_call_bits`)."""
     bits = 0
     for key in attrs:
-        bits |= model_call_bits(key)
+        bits |= _key_bits(key)
         if bits == MODEL_CALL:
             return True
     return False
+
+
+# per key, as `_direction` is: a dump repeats few keys on many spans, and the test encodes and lowers each
+_key_bits = lru_cache(maxsize=8192)(model_call_bits)
 
 
 # Span-name words, as `tokens` splits names: `chat gpt-4o`, `openai.chat`, `ChatOpenAI`, `generate_content x`,
@@ -171,9 +175,9 @@ def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
     out: list[tuple[str, str, Any]] = []
     flat: dict[str, dict[str, Any]] = {}
     for key, value in attrs.items():
-        m = _FLAT_INDEX.search(key)
-        if m is not None:  # `llm.input_messages.0.message.role`: one field `llm.input_messages`
-            flat.setdefault(key[:m.start()], {})[key[m.start() + 1:]] = value
+        at = _flat_index(key)
+        if at >= 0:  # `llm.input_messages.0.message.role`: one field `llm.input_messages`
+            flat.setdefault(key[:at], {})[key[at + 1:]] = value
             continue
         if value is None or value == "" or isinstance(value, bool | int | float):
             continue
@@ -194,6 +198,13 @@ def fields(attrs: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 
 _FLAT_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+@lru_cache(maxsize=8192)
+def _flat_index(key: str) -> int:
+    """Where a flattened list index (`.0`) starts in `key`, or -1: per key, as `_direction` (keys repeat)."""
+    m = _FLAT_INDEX.search(key)
+    return -1 if m is None else m.start()
 
 
 def _dotted_messages(found: list[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
@@ -370,8 +381,10 @@ _ANSWER_KEYS = ("answer", "final_answer", "final_output", "output", "response", 
 # ---------------------------------------------------------------- reading
 
 def extract(span: SpanRecord) -> list[Observation]:
-    role = span_role(span)
     found = fields(span.attributes)
+    if not found and not span.events:  # nothing a reader below could take, whatever the span is (an agent span)
+        return []
+    role = span_role(span)
     event_messages = _event_messages(span)
     for ev in span.events:  # a details event carries the same fields as the span would
         if len(found) >= _MAX_FIELDS:  # a span of a thousand stream-chunk events is read within bounds

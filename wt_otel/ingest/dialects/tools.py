@@ -34,8 +34,11 @@ def extract(span: SpanRecord) -> list[Observation]:
         elif kind == "gen_ai.choice" and raw_result is None:
             raw_result = data.get("message", data.get("content"))
     found: list[Observation] = [tool_execution(span, str(name), raw_args, raw_result, call_id, NAME)]
+    schema = a.get("gen_ai.tool.json_schema")
+    if schema is None:  # (most tool spans): no input schema, so no definition to offer
+        return found
     definition = tool_definition({"name": name, "description": a.get("gen_ai.tool.description"),
-                                  "parameters": a.get("gen_ai.tool.json_schema")})
+                                  "parameters": schema})
     if definition and "input_schema" in definition:  # the tool span also says how the tool was offered
         offered = base_call(span, NAME)
         offered.is_transcript, offered.tool_definitions = True, [definition]
