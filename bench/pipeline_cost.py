@@ -104,10 +104,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1500, help="requests per round (default 1500)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; medians printed (default 3)")
     ap.add_argument("--data-root", default="/dev/shm" if Path("/dev/shm").is_dir() else None)
+    ap.add_argument("--without-conversation-id", action="store_true",
+                    help="sessions whose spans carry no conversation id: each is built once for the content-join "
+                         "check (ingest.joins), not only indexed")
     args = ap.parse_args()
-    body, spans = build_request()
+    body, spans = build_request(conversation_ids=not args.without_conversation_id)
     bodies = [body.replace(MARK, f"{n:08d}".encode()) for n in range(args.requests)]
-    print(f"{args.requests} requests of {spans} spans ({SESSIONS_PER_REQUEST} sessions), {len(body) // 1024} KiB, "
+    print(f"{args.requests} requests of {spans} spans ({SESSIONS_PER_REQUEST} sessions"
+          f"{', no conversation ids' if args.without_conversation_id else ''}), {len(body) // 1024} KiB, "
           f"through export() in process; CPU per request")
     parses, receivers, pipelines = [], [], []
     for n in range(args.rounds):

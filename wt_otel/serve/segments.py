@@ -62,6 +62,7 @@ import re
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -742,16 +743,57 @@ def spans_of(directory: Path, refs: Sequence[SpanRefs]) -> list[SpanRecord]:
     """The spans `refs` point to, decoded, in the order of `refs` (each one's in the order of its ordinals):
     each request they point into is read and parsed once, and only its referenced spans are converted.
     ValueError when one cannot be read back."""
+    return _spans(refs, lambda pos: _parsed(directory, pos))
+
+
+class SpanReader:
+    """`spans_of` for the session core, keeping the last `entries` requests it read parsed.
+
+    A request holds the spans of many sessions (50 in the benches), and the sessions of one request are built
+    one after the other: those with log records, flagged ones, and every one without a conversation id (the
+    content-join check builds it). Read and parsed again for each, one request cost 50 reads, checksums and
+    parses. Entries never change once written, so a parsed one stays true. Thread-safe."""
+
+    def __init__(self, directory: Path, entries: int = 4) -> None:
+        self.directory = directory
+        self.entries = entries
+        self._cache: OrderedDict[int, tuple[ExportTraceServiceRequest, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, refs: Sequence[SpanRefs]) -> list[SpanRecord]:
+        return _spans(refs, self._request)
+
+    def _request(self, pos: int) -> tuple[ExportTraceServiceRequest, int]:
+        with self._lock:
+            found = self._cache.get(pos)
+            if found is not None:
+                self._cache.move_to_end(pos)
+                return found
+        found = _parsed(self.directory, pos)  # outside the lock: the read and parse are the slow part
+        with self._lock:
+            self._cache[pos] = found
+            while len(self._cache) > self.entries:
+                self._cache.popitem(last=False)
+        return found
+
+
+def _parsed(directory: Path, pos: int) -> tuple[ExportTraceServiceRequest, int]:
+    """The traces request at `pos`, parsed, and how many spans it holds."""
+    try:
+        request = ExportTraceServiceRequest.FromString(read_entry(directory, pos))
+    except DecodeError as e:
+        raise ValueError(f"segment entry {pos} is not an OTLP traces request: {e}") from None
+    return request, sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def _spans(refs: Sequence[SpanRefs],
+           request_at: Callable[[int], tuple[ExportTraceServiceRequest, int]]) -> list[SpanRecord]:
     wanted: dict[int, set[int]] = {}
     for ref in refs:
         wanted.setdefault(ref.segment_pos, set()).update(ref.ordinals)
     found: dict[tuple[int, int], SpanRecord] = {}
     for pos, ordinals in wanted.items():
-        try:
-            request = ExportTraceServiceRequest.FromString(read_entry(directory, pos))
-        except DecodeError as e:
-            raise ValueError(f"segment entry {pos} is not an OTLP traces request: {e}") from None
-        count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        request, count = request_at(pos)
         if max(ordinals) >= count:
             raise ValueError(f"segment entry {pos} holds {count} spans, not span {max(ordinals)}")
         keep = [n in ordinals for n in range(count)]

@@ -491,7 +491,7 @@ class Server:
     def _start_segments(self) -> None:
         """Open the log (repairing torn tails), replay what is past the checkpoint into the queue, then let the
         receivers append: before they open, so replayed records come first."""
-        from wt_otel.serve.segments import SegmentLog, spans_of
+        from wt_otel.serve.segments import SegmentLog, SpanReader
 
         dur, assert_queue = self.config.durability, self.pipeline
         assert assert_queue is not None and self.stages is not None
@@ -510,7 +510,7 @@ class Server:
         queue.housekeeping.append(segments.probe)
         segments.on_health = self._segments_health
         segments.check_writable()  # a full disk at start: degraded from the outset, not once an export fails
-        assembler.decode_refs = functools.partial(spans_of, segments.dir)
+        assembler.decode_refs = SpanReader(segments.dir)
         blocker = self.stages.by_reference_blocker()
         if blocker is None:
             assembler.keep_by_reference = self.stages.keep_by_reference
@@ -528,7 +528,7 @@ class Server:
         `receivers` and `feed` from the outset, so that `stop()` ends it whichever step after it fails."""
         from wt_otel.serve.feed import ReceiverProcess
         from wt_otel.serve.receivers.common import screen_of
-        from wt_otel.serve.segments import SEGMENTS, spans_of
+        from wt_otel.serve.segments import SEGMENTS, SpanReader
 
         queue, stages = self.pipeline, self.stages
         assert queue is not None and stages is not None
@@ -539,7 +539,7 @@ class Server:
         store.kept_by_log = True
         assembler.replay_below = store.replayed_below = replay_end
         assembler.resumable = lambda key: store.replayable(key, start)
-        assembler.decode_refs = functools.partial(spans_of, self.config.data_dir / SEGMENTS)
+        assembler.decode_refs = SpanReader(self.config.data_dir / SEGMENTS)
         blocker = stages.by_reference_blocker()
         if blocker is None:
             assembler.keep_by_reference = stages.keep_by_reference

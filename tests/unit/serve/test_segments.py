@@ -21,7 +21,7 @@ from tests.support.livehelpers import log_event
 from wt_otel.exporters.datadir import read_index
 from wt_otel.ingest.dumps import read_dump
 from wt_otel.ingest.otlp_encode import logs_request, traces_request
-from wt_otel.model.spans import SpanRecord
+from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.config import AssemblerConfig, DurabilityConfig, ReceiversConfig, ServeConfig
 from wt_otel.serve.segments import (
     CHECKPOINT,
@@ -31,7 +31,9 @@ from wt_otel.serve.segments import (
     SegmentFull,
     SegmentLog,
     SegmentUnavailable,
+    SpanReader,
     Ticket,
+    spans_of,
     split,
 )
 from wt_otel.serve.server import Server
@@ -341,6 +343,37 @@ def test_the_log_refuses_past_its_cap_and_after_close(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(SegmentUnavailable, match="closed"):
         log.append("traces", b"1")
+
+
+def test_the_core_reads_a_request_once_for_all_its_sessions_and_returns_what_spans_of_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building 50 sessions of one request one by one (log records, flags, content joins) read, checked and
+    parsed the whole request 50 times; `SpanReader` keeps the last few parsed (entries never change)."""
+    log = SegmentLog(tmp_path, commit_interval=0.01)
+    try:
+        sessions = [genai_session(tid(n)) for n in range(6)]
+        tickets = [log.append("traces", traces_request([s for group in pair for s in group]).SerializeToString())
+                   for pair in (sessions[:3], sessions[3:])]
+        for t in tickets:
+            log.wait(t)
+    finally:
+        log.close()
+    refs = [SpanRefs(tid(n), None, tickets[n // 3].pos, [4 * (n % 3) + k for k in range(4)]) for n in range(6)]
+    from wt_otel.serve import segments
+    reads: list[int] = []
+    real = segments.read_entry
+    monkeypatch.setattr(segments, "read_entry", lambda d, pos: reads.append(pos) or real(d, pos))
+
+    reader = SpanReader(tmp_path / SEGMENTS, entries=1)
+    got = [reader([ref]) for ref in refs]  # one session at a time, as the assembler builds them
+    assert reads == [tickets[0].pos, tickets[1].pos]  # each request read once while its sessions are built
+    assert [[s.span_id for s in spans] for spans in got] == [[s.span_id for s in group] for group in sessions]
+    assert got == [spans_of(tmp_path / SEGMENTS, [ref]) for ref in refs]
+    reads.clear()
+    reader([refs[0]])  # past `entries`: the first request left the cache, so it is read again
+    assert reads == [tickets[0].pos]
+    with pytest.raises(ValueError, match="not span 99"):
+        reader([SpanRefs(tid(0), None, tickets[0].pos, [99])])
 
 
 def test_records_carry_no_position_outside_serve() -> None:
