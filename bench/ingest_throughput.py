@@ -23,9 +23,13 @@ Goal (issue 3): ratio >= 0.5, RSS flat over `--seconds 60`.
 
 With `--span-index native,python` serve runs once per span index (the C scanner, the pure-Python
 fallback) against the same bare sink; `--repeat N` takes N such rounds and prints the medians.
+`--without-conversation-id` sends the same sessions with no conversation id, as many producers do: serve
+then builds each session once for the content-join check (`ingest.joins`) instead of only indexing it, so
+this is the figure for those producers (the default load is the fast path).
 
     python bench/ingest_throughput.py [--seconds 20] [--threads 4] [--data-root /dev/shm] [--serve-config FILE]
                                        [--no-rotel] [--span-index native,python] [--repeat 3]
+                                       [--without-conversation-id]
 """
 
 from __future__ import annotations
@@ -490,14 +494,17 @@ def main() -> None:
     ap.add_argument("--span-index", metavar="LIST", help="serve once per span index, e.g. native,python "
                     "(WT_OTEL_SPANINDEX; default: serve's own choice)")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of bare + serve(s), medians printed (default 1)")
+    ap.add_argument("--without-conversation-id", action="store_true",
+                    help="sessions without a conversation id: each is built once for the content-join check")
     ap.add_argument("--bare-server", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.bare_server:
         return bare_server()
 
-    body, n = build_request()
+    body, n = build_request(conversation_ids=not args.without_conversation_id)
     tmp = Path(tempfile.mkdtemp(prefix="wt-ingest-", dir=args.data_root))
-    print(f"requests of {n} spans, {len(body) / 1024:,.0f} KiB; {args.threads} client threads, {args.seconds:g} s "
+    print(f"requests of {n} spans{', no conversation ids' if args.without_conversation_id else ''}, "
+          f"{len(body) / 1024:,.0f} KiB; {args.threads} client threads, {args.seconds:g} s "
           f"per target; data dirs under {tmp}; cpu count {os.cpu_count()}", flush=True)
     try:
         if args.durability == "compare":

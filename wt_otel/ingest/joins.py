@@ -27,8 +27,10 @@ of. Each session records the evidence it was assembled on (`Session.joined_by`).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,16 +60,25 @@ def conversation_key(attrs: dict[str, Any]) -> str | None:
 def span_facts(spans: Iterable[SpanRecord], feedback_keys: Iterable[str]) -> tuple[str | None, bool]:
     """(the user id, whether any span or event carries a feedback key) of a session's spans. Only sessions
     without a conversation id need these: they are the ones a content join looks at."""
-    patterns = tuple(feedback_keys)
+    is_feedback = _feedback_matcher(tuple(feedback_keys))
     user: str | None = None
     feedback = False
     for span in spans:
         for attrs in (span.attributes, *(e.attributes for e in span.events)):
             if user is None and not attrs.keys().isdisjoint(_USER_KEYS):
                 user = next(str(attrs[k]) for k in USER_KEYS if k in attrs)
-            if not feedback and any(fnmatch.fnmatchcase(k, p) for k in attrs for p in patterns):
+            if not feedback and any(map(is_feedback, attrs)):
                 feedback = True
     return user, feedback
+
+
+@functools.lru_cache(maxsize=8)
+def _feedback_matcher(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    """Whether a key matches any of the `fnmatch` patterns, as one compiled expression: `fnmatchcase` per key and
+    pattern was a fifth of building a session without a conversation id (every one is built for the join)."""
+    if not patterns:
+        return lambda key: False
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
 def compared(messages: list[dict[str, Any]]) -> tuple[list[tuple], list[int]]:

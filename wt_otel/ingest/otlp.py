@@ -52,6 +52,7 @@ __all__ = [
     "logs_from_request",
     "pb_attrs",
     "spans_from_json",
+    "span_record",
     "spans_from_request",
 ]
 
@@ -138,29 +139,34 @@ def spans_from_request(req: ExportTraceServiceRequest | TracesData,
                     n += 1
                     if not keep[n]:
                         continue
-                trace_id = span.trace_id
-                if trace_ids is not None and trace_id not in trace_ids:
+                if trace_ids is not None and span.trace_id not in trace_ids:
                     continue
-                parent = span.parent_span_id
-                attrs, events, links = span.attributes, span.events, span.links
-                status = span.status
-                yield SpanRecord(
-                    trace_id=trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    name=span.name,
-                    parent_span_id=parent.hex() if parent else None,
-                    kind=_kind(span.kind),
-                    start_ns=span.start_time_unix_nano,
-                    end_ns=span.end_time_unix_nano,
-                    attributes=_pb_attrs(attrs) if attrs else {},
-                    events=_pb_events(events) if events else [],
-                    links=_pb_links(links) if links else [],
-                    status_code=_status(status.code),
-                    status_message=status.message,
-                    resource=resource,
-                    scope_name=scope_name,
-                    scope_version=scope_version,
-                )
+                yield span_record(span, resource, scope_name, scope_version)
+
+
+def span_record(span: Any, resource: dict[str, Any], scope_name: str, scope_version: str) -> SpanRecord:
+    """One protobuf span as a `SpanRecord`, with its resource's attributes and its scope (`spans_from_request`
+    converts each span with it; serve's session core converts only the spans a session holds)."""
+    parent = span.parent_span_id
+    attrs, events, links = span.attributes, span.events, span.links
+    status = span.status
+    return SpanRecord(
+        trace_id=span.trace_id.hex(),
+        span_id=span.span_id.hex(),
+        name=span.name,
+        parent_span_id=parent.hex() if parent else None,
+        kind=_kind(span.kind),
+        start_ns=span.start_time_unix_nano,
+        end_ns=span.end_time_unix_nano,
+        attributes=_pb_attrs(attrs) if attrs else {},
+        events=_pb_events(events) if events else [],
+        links=_pb_links(links) if links else [],
+        status_code=_status(status.code),
+        status_message=status.message,
+        resource=resource,
+        scope_name=scope_name,
+        scope_version=scope_version,
+    )
 
 
 def logs_from_request(req: ExportLogsServiceRequest | LogsData,

@@ -66,6 +66,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -73,7 +74,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from wt_otel._util import fsutil
 from wt_otel._util.clock import utc_now_iso
-from wt_otel.ingest.otlp import spans_from_request
+from wt_otel.ingest.otlp import pb_attrs, span_record
 from wt_otel.model.spans import SpanRecord, SpanRefs
 from wt_otel.serve.metrics import Metrics
 
@@ -746,6 +747,13 @@ def spans_of(directory: Path, refs: Sequence[SpanRefs]) -> list[SpanRecord]:
     return _spans(refs, lambda pos: _parsed(directory, pos))
 
 
+class _Parsed(NamedTuple):
+    """A traces request read back: its spans in wire order, each with the index of its resource and its scope."""
+
+    resources: list[Any]  # ResourceSpans
+    spans: list[tuple[Any, int, str, str]]  # (Span, resource index, scope name, scope version)
+
+
 class SpanReader:
     """`spans_of` for the session core, keeping the last `entries` requests it read parsed.
 
@@ -757,13 +765,13 @@ class SpanReader:
     def __init__(self, directory: Path, entries: int = 4) -> None:
         self.directory = directory
         self.entries = entries
-        self._cache: OrderedDict[int, tuple[ExportTraceServiceRequest, int]] = OrderedDict()
+        self._cache: OrderedDict[int, _Parsed] = OrderedDict()
         self._lock = threading.Lock()
 
     def __call__(self, refs: Sequence[SpanRefs]) -> list[SpanRecord]:
         return _spans(refs, self._request)
 
-    def _request(self, pos: int) -> tuple[ExportTraceServiceRequest, int]:
+    def _request(self, pos: int) -> _Parsed:
         with self._lock:
             found = self._cache.get(pos)
             if found is not None:
@@ -777,30 +785,35 @@ class SpanReader:
         return found
 
 
-def _parsed(directory: Path, pos: int) -> tuple[ExportTraceServiceRequest, int]:
-    """The traces request at `pos`, parsed, and how many spans it holds."""
+def _parsed(directory: Path, pos: int) -> _Parsed:
+    """The traces request at `pos`, parsed, its spans listed in wire order (the span index's ordinals)."""
     try:
         request = ExportTraceServiceRequest.FromString(read_entry(directory, pos))
     except DecodeError as e:
         raise ValueError(f"segment entry {pos} is not an OTLP traces request: {e}") from None
-    return request, sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    resources = list(request.resource_spans)
+    return _Parsed(resources, [(span, r, ss.scope.name, ss.scope.version) for r, rs in enumerate(resources)
+                               for ss in rs.scope_spans for span in ss.spans])
 
 
-def _spans(refs: Sequence[SpanRefs],
-           request_at: Callable[[int], tuple[ExportTraceServiceRequest, int]]) -> list[SpanRecord]:
-    wanted: dict[int, set[int]] = {}
+def _spans(refs: Sequence[SpanRefs], request_at: Callable[[int], _Parsed]) -> list[SpanRecord]:
+    """Only the spans `refs` name are converted; each call gets its own records (callers add to them)."""
+    out: list[SpanRecord] = []
     for ref in refs:
-        wanted.setdefault(ref.segment_pos, set()).update(ref.ordinals)
-    found: dict[tuple[int, int], SpanRecord] = {}
-    for pos, ordinals in wanted.items():
-        request, count = request_at(pos)
-        if max(ordinals) >= count:
-            raise ValueError(f"segment entry {pos} holds {count} spans, not span {max(ordinals)}")
-        keep = [n in ordinals for n in range(count)]
-        for n, span in zip(sorted(ordinals), spans_from_request(request, keep), strict=True):
-            span.segment_pos = pos
-            found[(pos, n)] = span
-    return [found[(ref.segment_pos, n)] for ref in refs for n in ref.ordinals]
+        parsed = request_at(ref.segment_pos)
+        count = len(parsed.spans)
+        resources: dict[int, dict[str, Any]] = {}
+        for n in ref.ordinals:
+            if not 0 <= n < count:
+                raise ValueError(f"segment entry {ref.segment_pos} holds {count} spans, not span {n}")
+            span, r, scope_name, scope_version = parsed.spans[n]
+            resource = resources.get(r)
+            if resource is None:
+                resource = resources[r] = pb_attrs(parsed.resources[r].resource.attributes)
+            record = span_record(span, resource, scope_name, scope_version)
+            record.segment_pos = ref.segment_pos
+            out.append(record)
+    return out
 
 
 def past_checkpoint(data_dir: Path | str) -> Iterator[tuple[str, int, bytes]]:

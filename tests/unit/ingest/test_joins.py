@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.conversations import FIRST_A, FIRST_Q, Scenario, lookalikes, texts, turn
 from tests.support.importdump import as_proto
 from wt_otel.exporters.scenario_dir import ScenarioDirWriter
+from wt_otel.ingest.flags import FEEDBACK_KEYS
 from wt_otel.ingest.importer import import_dumps
-from wt_otel.ingest.joins import merge_continuations
+from wt_otel.ingest.joins import _feedback_matcher, merge_continuations, span_facts
 from wt_otel.ingest.sessions import build_session
 from wt_otel.model.session import Session
+from wt_otel.model.spans import SpanRecord
 
 
 def imported(tmp_path: Path, scenario: Scenario) -> list[dict]:
@@ -175,3 +180,19 @@ def test_a_link_to_a_trace_the_import_never_saw_joins_nothing(tmp_path: Path) ->
     envelopes = imported(tmp_path, scenario)
     assert sorted(len(e["provenance"]["trace_ids"]) for e in envelopes) == [1, 1]
     assert all(not any("link" in w for w in e["warnings"]) for e in envelopes)
+
+
+_KEY_PARTS = st.sampled_from(["user", "feedback", "gen_ai", "score", "label", ".", "*", "?", "[", "]", "x", "\n", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.lists(_KEY_PARTS, max_size=6).map("".join), max_size=6),
+       patterns=st.lists(st.lists(_KEY_PARTS, max_size=5).map("".join), max_size=4))
+def test_the_feedback_matcher_agrees_with_fnmatchcase_key_by_key(keys: list[str], patterns: list[str]) -> None:
+    """One compiled expression for all patterns answers as `fnmatchcase` per key and pattern did."""
+    match = _feedback_matcher(tuple(patterns))
+    for key in [*keys, *FEEDBACK_KEYS, "user.feedback.rating", "gen_ai.feedback"]:
+        assert bool(match(key)) == any(fnmatch.fnmatchcase(key, p) for p in patterns), (key, patterns)
+    built = [SpanRecord(trace_id="a" * 32, span_id=f"{i:016x}", name="s", attributes={k: 1})
+             for i, k in enumerate(keys)]
+    assert span_facts(built, patterns)[1] == any(fnmatch.fnmatchcase(k, p) for k in keys for p in patterns)
