@@ -27,11 +27,8 @@ def dumps(data: Any, *, where: str = "", notes: list[str] | None = None, indent:
     """`data` as JSON bytes; never raises for odd values (see the module docstring).
 
     `notes` receives one line per value that had to be kept as text."""
-    option = (orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE) if indent else 0
-    try:
-        out = orjson.dumps(data, option=option, default=str)
-    except (orjson.JSONEncodeError, TypeError, RecursionError):
-        out = None
+    option = _INDENTED if indent else 0
+    out = _plain_dumps(data, option)
     # orjson writes NaN and infinities as null: without a null in the output there was none to look for
     if out is not None and (b"null" not in out or not _has_float_oddity(data)):
         return out
@@ -47,17 +44,23 @@ def dumps_all(items: list[tuple[Any, str]], notes: list[str] | None = None) -> l
     them instead of one per item (the files of one scenario share much of their text: marshal writes a
     value they share once). An item whose output needs a look gets its own `dumps` only when the walk over
     all of them finds an odd float, or when orjson refused it."""
-    option = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    outs: list[bytes | None] = []
-    for data, _ in items:
-        try:
-            outs.append(orjson.dumps(data, option=option, default=str))
-        except (orjson.JSONEncodeError, TypeError, RecursionError):
-            outs.append(None)
+    outs = [_plain_dumps(data, _INDENTED) for data, _ in items]
     nulls = [data for (data, _), out in zip(items, outs, strict=True) if out is not None and b"null" in out]
     odd = bool(nulls) and _has_float_oddity(nulls)
     return [dumps(data, where=where, notes=notes) if out is None or (odd and b"null" in out) else out
             for (data, where), out in zip(items, outs, strict=True)]
+
+
+_INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+
+
+def _plain_dumps(data: Any, option: int) -> bytes | None:
+    """orjson's own answer, or None where it refuses (a huge integer, a lone surrogate, deep nesting). NaN and
+    infinities come out as null: the callers look for them when the output has one."""
+    try:
+        return orjson.dumps(data, option=option, default=str)
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        return None
 
 
 _PLAIN = frozenset({str, int, bool, type(None)})

@@ -797,12 +797,16 @@ def _parsed(directory: Path, pos: int) -> _Parsed:
 
 
 def _spans(refs: Sequence[SpanRefs], request_at: Callable[[int], _Parsed]) -> list[SpanRecord]:
-    """Only the spans `refs` name are converted; each call gets its own records (callers add to them)."""
+    """Only the spans `refs` name are converted; each call gets its own records (callers add to them). Each
+    request is asked for once a call, however many refs point into it."""
+    requests: dict[int, tuple[_Parsed, dict[int, dict[str, Any]]]] = {}  # position -> (request, its resources)
     out: list[SpanRecord] = []
     for ref in refs:
-        parsed = request_at(ref.segment_pos)
+        got = requests.get(ref.segment_pos)
+        if got is None:
+            got = requests[ref.segment_pos] = (request_at(ref.segment_pos), {})
+        parsed, resources = got
         count = len(parsed.spans)
-        resources: dict[int, dict[str, Any]] = {}
         for n in ref.ordinals:
             if not 0 <= n < count:
                 raise ValueError(f"segment entry {ref.segment_pos} holds {count} spans, not span {n}")

@@ -355,8 +355,8 @@ def test_flattened_keys_are_found_per_key_as_by_the_pattern():
 
 
 def test_a_span_with_nothing_to_read_is_not_classified(monkeypatch):
-    """Neither content attributes nor events: no reader could take anything, so the span's role (a walk
-    over its keys and name) is not asked for; a span with events still is."""
+    """Neither content attributes nor messages in its events: no reader could take anything, so the span's
+    role (a walk over its keys and name) is not asked for; a span whose events hold a message still is."""
     def no_role(_span):
         raise AssertionError("span_role asked of a span with nothing to read")
 
@@ -364,5 +364,7 @@ def test_a_span_with_nothing_to_read_is_not_classified(monkeypatch):
     agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-1"}
     assert shape.extract(span("invoke_agent x", agent)) == []
     assert shape.extract(span("execute_tool lookup", {"gen_ai.operation.name": "execute_tool"})) == []
+    # events that hold no message and no field (an exception, say) give nothing to read either
+    assert shape.extract(span("invoke_agent x", agent, events=[Event(name="exception", attributes={"n": 1})])) == []
     with pytest.raises(AssertionError, match="span_role"):
         shape.extract(span("execute_tool lookup", {}, events=[Event(name="gen_ai.choice", body={"content": "r"})]))

@@ -370,6 +370,9 @@ def test_the_core_reads_a_request_once_for_all_its_sessions_and_returns_what_spa
     assert [[s.span_id for s in spans] for spans in got] == [[s.span_id for s in group] for group in sessions]
     assert got == [spans_of(tmp_path / SEGMENTS, [ref]) for ref in refs]
     reads.clear()
+    assert spans_of(tmp_path / SEGMENTS, refs[:3]) == [s for spans in got[:3] for s in spans]
+    assert reads == [tickets[0].pos]  # three refs into one request: read once for the call
+    reads.clear()
     reader([refs[0]])  # past `entries`: the first request left the cache, so it is read again
     assert reads == [tickets[0].pos]
     with pytest.raises(ValueError, match="not span 99"):

@@ -382,17 +382,15 @@ _ANSWER_KEYS = ("answer", "final_answer", "final_output", "output", "response", 
 
 def extract(span: SpanRecord) -> list[Observation]:
     found = fields(span.attributes)
-    if not found and not span.events:  # nothing a reader below could take, whatever the span is (an agent span)
-        return []
-    role = span_role(span)
     event_messages = _event_messages(span)
     for ev in span.events:  # a details event carries the same fields as the span would
         if len(found) >= _MAX_FIELDS:  # a span of a thousand stream-chunk events is read within bounds
             break
         if ev.attributes:
             found += fields(ev.attributes)
-    if not found and not event_messages:
+    if not found and not any(event_messages):  # nothing a reader below could take, whatever the span is
         return []
+    role = span_role(span)
     if role == TOOL:
         tool = _tool(span, found)
         if tool:
